@@ -1,0 +1,95 @@
+"""The engine's front door: validate a JobSpec, write the job directory, start its supervisor.
+
+The ``%%distributed`` magic is a thin layer over :func:`submit`.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import threading
+from collections.abc import Mapping
+from typing import Any
+
+from .cellcheck import check_syntax
+from .job import Job
+from .plugins import BACKENDS, LAUNCHERS, load_plugin
+from .spec import JobSpec, SpecError
+from .store import JobDir
+
+BACKEND_PREFERENCE = ("horovod",)
+
+
+def resolve_backend(spec: JobSpec) -> tuple[str, str]:
+    """The backend ``auto`` stands for, and why; any other name is checked as given."""
+    if spec.backend != "auto":
+        try:
+            cls = load_plugin(BACKENDS, spec.backend)
+        except ValueError as exc:
+            raise SpecError(f"--backend: {exc}") from None
+        ok, why = cls.available()
+        if not ok:
+            raise SpecError(f"--backend {spec.backend}: {why}")
+        return spec.backend, "asked for"
+    reasons = []
+    for name in BACKEND_PREFERENCE:
+        ok, why = load_plugin(BACKENDS, name).available()
+        if ok:
+            return name, why
+        reasons.append(why)
+    raise SpecError(f"--backend auto: no backend can run here ({'; '.join(reasons)})")
+
+
+def pickle_pushed(names: list[str], namespace: Mapping[str, Any]) -> bytes | None:
+    """Pickle the notebook variables named by ``--push`` (cloudpickle: lambdas work too)."""
+    if not names:
+        return None
+    import cloudpickle
+
+    missing = [n for n in names if n not in namespace]
+    if missing:
+        raise SpecError(f"--push: {', '.join(missing)} not defined in the notebook")
+    try:
+        return cloudpickle.dumps({n: namespace[n] for n in names})
+    except Exception as exc:
+        raise SpecError(f"--push: cannot pickle the pushed variables: {exc}") from None
+
+
+def submit(spec: JobSpec, namespace: Mapping[str, Any] | None = None) -> Job:
+    """Start a job and return its handle at once. Nothing is launched on bad input."""
+    spec.validate()
+    check_syntax(spec.code)
+    try:
+        load_plugin(LAUNCHERS, spec.launcher)
+    except ValueError as exc:
+        raise SpecError(f"--launcher: {exc}") from None
+    spec.backend, _ = resolve_backend(spec)
+    pushed = pickle_pushed(spec.push, namespace or {})
+    job = JobDir.create(spec)
+    if pushed is not None:
+        job.push_file.write_bytes(pushed)
+        job.push_file.chmod(0o600)
+    start_supervisor(job)
+    return Job(job)
+
+
+def start_supervisor(job: JobDir) -> None:
+    """Spawn the job's supervisor in its own session, so it outlives the kernel."""
+    with open(job.supervisor_log, "ab") as log:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "jupyter_distrain.supervisor", str(job.path)],
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            close_fds=True,
+        )
+    # reap it when it ends, so a long-lived kernel collects no zombies
+    threading.Thread(target=proc.wait, daemon=True).start()
+
+
+def run(spec: JobSpec, namespace: Mapping[str, Any] | None = None, **wait: Any) -> Job:
+    """Submit a job and wait for it, streaming its output (see :meth:`Job.wait`)."""
+    job = submit(spec, namespace)
+    job.wait(**wait)
+    return job

@@ -1,0 +1,1 @@
+"""Backends turn placed slots into processes (argv + env) and driver-side services."""

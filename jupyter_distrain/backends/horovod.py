@@ -1,0 +1,107 @@
+"""Horovod backend: ring allreduce over Gloo (default) or MPI (``--controller mpi``).
+
+Gloo mode needs no horovodrun, no ssh and no MPI: the supervisor runs Horovod's
+rendezvous server itself and gives every process the variables horovodrun
+would have set. MPI mode runs one ``mpirun`` that starts every rank.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import shutil
+from collections import Counter
+
+from ..launchers.base import ProcessSpec, Slot
+from .base import Backend
+
+
+def hosts_string(slots: list[Slot]) -> str:
+    """Horovod's ``host:slots,...`` notation for the placed slots, in order."""
+    counts = Counter(s.host for s in slots)
+    return ",".join(f"{host}:{counts[host]}" for host in dict.fromkeys(s.host for s in slots))
+
+
+class HorovodBackend(Backend):
+    name = "horovod"
+
+    @classmethod
+    def available(cls) -> tuple[bool, str]:
+        if importlib.util.find_spec("horovod") is None:
+            return False, "horovod is not installed"
+        return True, "horovod is installed"
+
+    # --- Gloo ------------------------------------------------------------
+    def start_services(self, slots: list[Slot], driver_address: str) -> None:
+        self._rendezvous = None
+        if self.spec.controller != "gloo":
+            return
+        from horovod.runner.common.util.hosts import get_host_assignments, parse_hosts
+        from horovod.runner.http.http_server import RendezvousServer
+
+        self._plan = get_host_assignments(parse_hosts(hosts_string(slots)), len(slots))
+        self._rendezvous = RendezvousServer(verbose=0)
+        self._port = self._rendezvous.start()
+        self._rendezvous.init(self._plan)
+        self._address = driver_address
+
+    def stop_services(self) -> None:
+        if self._rendezvous is not None:
+            self._rendezvous.stop()
+            self._rendezvous = None
+
+    def plan(
+        self, slots: list[Slot], worker_argv: list[str], worker_env: dict[str, str]
+    ) -> list[ProcessSpec]:
+        if self.spec.controller == "mpi":
+            return [self._mpirun(slots, worker_argv, worker_env)]
+        procs = []
+        for slot, info in zip(slots, self._plan, strict=True):
+            env = {
+                **worker_env,
+                "HOROVOD_GLOO_RENDEZVOUS_ADDR": self._address,
+                "HOROVOD_GLOO_RENDEZVOUS_PORT": str(self._port),
+                "HOROVOD_CONTROLLER": "gloo",
+                "HOROVOD_CPU_OPERATIONS": "gloo",
+                "HOROVOD_GLOO_IFACE": slot.iface,
+                "NCCL_SOCKET_IFNAME": slot.iface,
+                "HOROVOD_HOSTNAME": info.hostname,
+                "HOROVOD_RANK": str(info.rank),
+                "HOROVOD_SIZE": str(info.size),
+                "HOROVOD_LOCAL_RANK": str(info.local_rank),
+                "HOROVOD_LOCAL_SIZE": str(info.local_size),
+                "HOROVOD_CROSS_RANK": str(info.cross_rank),
+                "HOROVOD_CROSS_SIZE": str(info.cross_size),
+            }
+            procs.append(ProcessSpec("worker", info.rank, worker_argv, env, slot, [info.rank]))
+        return procs
+
+    # --- MPI -------------------------------------------------------------
+    def _mpirun(
+        self, slots: list[Slot], worker_argv: list[str], worker_env: dict[str, str]
+    ) -> ProcessSpec:
+        mpirun = shutil.which("mpirun")
+        if mpirun is None:
+            raise RuntimeError("--controller mpi needs mpirun (Debian: openmpi-bin)")
+        argv = [mpirun]
+        if os.geteuid() == 0:
+            argv.append("--allow-run-as-root")
+        argv += [
+            "-np", str(len(slots)),
+            "-H", hosts_string(slots),
+            "--bind-to", "none",
+            "--map-by", "slot",
+            # Shared-memory single copy (CMA) is refused inside many containers.
+            "--mca", "btl_vader_single_copy_mechanism", "none",
+        ]
+        env = {
+            **worker_env,
+            "JUPYTER_DISTRAIN_LOG_PER_RANK": "1",
+            "HOROVOD_CONTROLLER": "mpi",
+            "HOROVOD_CPU_OPERATIONS": "mpi",
+        }
+        # Locally mpirun's children inherit its environment; -x carries it to other hosts.
+        inherited = {"PATH", "PYTHONPATH", "LD_LIBRARY_PATH"} & set(os.environ)
+        for key in sorted({*env, *self.spec.env, *inherited}):
+            argv += ["-x", key]
+        return ProcessSpec("mpirun", 0, argv + worker_argv, env, None, list(range(len(slots))))

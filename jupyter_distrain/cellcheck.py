@@ -1,0 +1,54 @@
+"""Checks on a cell body before anything is launched."""
+
+from __future__ import annotations
+
+import ast
+import builtins
+
+from .spec import SpecError
+
+# Names a worker's namespace always has.
+_PROVIDED = {"__name__", "__file__", "__builtins__", "result"}
+
+
+def check_syntax(code: str, first_line: int = 2) -> None:
+    """Compile ``code``; a syntax error becomes a :class:`SpecError` with the cell line.
+
+    ``first_line`` is the cell line the body starts on (line 1 holds ``%%distributed``).
+    """
+    try:
+        compile(code, "train.py", "exec")
+    except SyntaxError as exc:
+        lineno = exc.lineno or 1
+        raise SpecError(
+            f"syntax error in the cell at line {lineno + first_line - 1} "
+            f"(train.py line {lineno}): {exc.msg}"
+        ) from None
+
+
+def undefined_names(code: str) -> list[str]:
+    """Names the code reads but never binds anywhere (nor are builtins), sorted."""
+    tree = ast.parse(code)
+    bound: set[str] = set()
+    loaded: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Name):
+            (loaded if isinstance(node.ctx, ast.Load) else bound).add(node.id)
+        elif isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+            bound.add(node.name)
+        elif isinstance(node, ast.arg):
+            bound.add(node.arg)
+        elif isinstance(node, ast.alias):
+            if node.name != "*":
+                bound.add(node.asname or node.name.split(".")[0])
+        elif isinstance(node, ast.ExceptHandler) and node.name:
+            bound.add(node.name)
+        elif isinstance(node, ast.Global | ast.Nonlocal):
+            bound.update(node.names)
+        elif isinstance(node, ast.MatchAs | ast.MatchStar) and node.name:
+            bound.add(node.name)
+        elif isinstance(node, ast.MatchMapping) and node.rest:
+            bound.add(node.rest)
+    if any(isinstance(n, ast.ImportFrom) and n.names[0].name == "*" for n in ast.walk(tree)):
+        return []  # a star import may define anything
+    return sorted(loaded - bound - set(dir(builtins)) - _PROVIDED)

@@ -1,0 +1,228 @@
+"""Job: the client handle on a job, built from its directory alone.
+
+Everything here reads the job store or talks to the job's supervisor, so a
+handle made in a new kernel (``Job.attach``) behaves like the one that started
+the job.
+"""
+
+from __future__ import annotations
+
+import pickle
+import sys
+import time
+from pathlib import Path
+from typing import Any, TextIO
+
+import psutil
+
+from . import control
+from .store import FINAL_STATES, JobDir, find_job_dir, list_job_dirs
+
+STREAM_POLL_SECONDS = 0.1
+
+
+class JobFailed(RuntimeError):
+    """The job ended in ``failed``. Shown in a notebook without a local traceback."""
+
+    def __init__(self, job_id: str, error: str, tail: str = ""):
+        super().__init__(f"job {job_id} failed: {error}")
+        self.job_id, self.error, self.tail = job_id, error, tail
+
+    def _render_traceback_(self) -> list[str]:  # IPython's hook for custom display
+        lines = [f"JobFailed: job {self.job_id} failed: {self.error}"]
+        if self.tail:
+            lines += ["", *self.tail.splitlines()]
+        return lines
+
+
+def _label(log_path: Path) -> str:
+    role, _, index = log_path.stem.rpartition("-")
+    return f"[{index}]" if role == "worker" else f"[{log_path.stem}]"
+
+
+class LogTail:
+    """Follows every process log of a job and yields complete new lines."""
+
+    def __init__(self, job: JobDir, from_start: bool = True):
+        self.job = job
+        self.offsets: dict[Path, int] = {}
+        self.partial: dict[Path, bytes] = {}
+        if not from_start:
+            for path in self._logs():
+                self.offsets[path] = path.stat().st_size
+
+    def _logs(self) -> list[Path]:
+        return sorted(p for p in self.job.logs_dir.glob("*-*.log"))
+
+    def read(self) -> list[str]:
+        lines: list[str] = []
+        for path in self._logs():
+            offset = self.offsets.get(path, 0)
+            size = path.stat().st_size
+            if size <= offset:
+                continue
+            with open(path, "rb") as f:
+                f.seek(offset)
+                data = self.partial.pop(path, b"") + f.read(size - offset)
+            self.offsets[path] = size
+            *complete, rest = data.split(b"\n")
+            if rest:
+                self.partial[path] = rest
+            label = _label(path)
+            lines += [f"{label} {line.decode(errors='replace')}" for line in complete]
+        return lines
+
+    def flush(self) -> list[str]:
+        """Whatever is left without a final newline."""
+        lines = [
+            f"{_label(p)} {data.decode(errors='replace')}" for p, data in self.partial.items()
+        ]
+        self.partial.clear()
+        return lines
+
+
+class Job:
+    """A handle on one job: status, logs, stop, wait, result."""
+
+    def __init__(self, job_dir: JobDir | str | Path):
+        self.dir = job_dir if isinstance(job_dir, JobDir) else JobDir(job_dir)
+
+    @classmethod
+    def attach(cls, job_id: str) -> Job:
+        """The handle of an existing job, by id or unique id prefix."""
+        return cls(find_job_dir(job_id))
+
+    @classmethod
+    def list(cls) -> list[Job]:
+        return [cls(d) for d in list_job_dirs()]
+
+    @property
+    def id(self) -> str:
+        return self.dir.id
+
+    def __repr__(self) -> str:
+        return f"<Job {self.id} {self.state}>"
+
+    # --- state -------------------------------------------------------------
+    def status(self) -> dict[str, Any]:
+        """The job's state.json, corrected when its supervisor has vanished."""
+        state = self.dir.read_state()
+        if state["state"] not in FINAL_STATES and not self.supervisor_alive():
+            ctl = self.dir.read_control()
+            if ctl is not None:  # it started once, and died without writing an end
+                state = {**state, "state": "failed", "error": "the supervisor died"}
+        return state
+
+    @property
+    def state(self) -> str:
+        return self.status()["state"]
+
+    @property
+    def done(self) -> bool:
+        return self.state in FINAL_STATES
+
+    def supervisor_alive(self) -> bool:
+        ctl = self.dir.read_control()
+        if ctl is None:
+            return True  # still starting: it writes control first thing
+        try:
+            proc = psutil.Process(ctl["pid"])
+            return proc.status() != psutil.STATUS_ZOMBIE
+        except psutil.NoSuchProcess:
+            return False
+
+    def pids(self) -> list[int]:
+        """Every pid the job has had: supervisor and processes."""
+        state = self.dir.read_state()
+        pids = [p["pid"] for p in state.get("processes", []) if p.get("pid")]
+        ctl = self.dir.read_control()
+        return pids + ([ctl["pid"]] if ctl else [])
+
+    # --- control -----------------------------------------------------------
+    def _request(self, op: str, **body: Any) -> dict[str, Any]:
+        ctl = self.dir.read_control()
+        if ctl is None:
+            raise RuntimeError(f"job {self.id} has no supervisor yet")
+        return control.request(ctl["host"], ctl["port"], ctl["secret"], {"op": op, **body})
+
+    def stop(self, wait: bool = True) -> str:
+        """Stop every process of the job (SIGTERM, then SIGKILL after the grace period)."""
+        if not self.done:
+            try:
+                self._request("stop", reason="user")
+            except (OSError, RuntimeError):
+                pass  # supervisor gone or not up: status() tells
+        if wait:
+            grace = self.dir.read_spec().grace
+            self._wait_final(timeout=grace + 10)
+        return self.state
+
+    def _wait_final(self, timeout: float | None) -> None:
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while not self.done:
+            if deadline is not None and time.monotonic() > deadline:
+                raise TimeoutError(f"job {self.id} still {self.state} after {timeout} s")
+            time.sleep(STREAM_POLL_SECONDS)
+
+    def wait(
+        self,
+        timeout: float | None = None,
+        stream: bool = True,
+        out: TextIO | None = None,
+        from_start: bool = True,
+        stop_on_interrupt: bool = True,
+    ) -> str:
+        """Wait for the job to end, printing every process's output with its rank.
+
+        Interrupting the wait (Ctrl-C, the kernel's interrupt) stops the job, unless
+        ``stop_on_interrupt`` is false.
+        Returns the final state; raises :class:`JobFailed` when it failed.
+        """
+        out = out or sys.stdout
+        tail = LogTail(self.dir, from_start=from_start) if stream else None
+        deadline = None if timeout is None else time.monotonic() + timeout
+        try:
+            while True:
+                done = self.done  # read before the logs, so no line is missed at the end
+                if tail is not None:
+                    for line in tail.read():
+                        print(line, file=out, flush=True)
+                if done:
+                    break
+                if deadline is not None and time.monotonic() > deadline:
+                    raise TimeoutError(f"job {self.id} still {self.state} after {timeout} s")
+                time.sleep(STREAM_POLL_SECONDS)
+        except KeyboardInterrupt:
+            if not stop_on_interrupt:
+                raise
+            print(f"Interrupted: stopping job {self.id} ...", file=out, flush=True)
+            state = self.stop()
+            print(f"Job {self.id} {state}.", file=out, flush=True)
+            raise
+        if tail is not None:
+            for line in tail.flush():
+                print(line, file=out, flush=True)
+        status = self.status()
+        if status["state"] == "failed":
+            raise JobFailed(self.id, status.get("error") or "unknown error", status.get("error_tail", ""))
+        return status["state"]
+
+    # --- output ------------------------------------------------------------
+    def logs(self, rank: int | None = None, role: str = "worker") -> str:
+        """The full log of one process, or of every process with rank labels."""
+        if rank is not None:
+            path = self.dir.log_file(role, rank)
+            if not path.exists():
+                raise KeyError(f"job {self.id} has no log for {role} {rank}")
+            return path.read_text(errors="replace")
+        tail = LogTail(self.dir)
+        return "\n".join(tail.read() + tail.flush())
+
+    def result(self) -> Any:
+        """The value rank 0 bound to ``result`` (jobs started with ``--out``)."""
+        try:
+            with open(self.dir.result_file, "rb") as f:
+                stored = pickle.load(f)
+        except FileNotFoundError:
+            return None
+        return stored["value"]

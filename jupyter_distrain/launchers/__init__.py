@@ -1,0 +1,1 @@
+"""Launchers place slots on hosts and start, signal and stop processes."""

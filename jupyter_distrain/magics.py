@@ -1,0 +1,180 @@
+"""``%%distributed`` and ``%distributed``: parse flags, call the API, print. Nothing else."""
+
+from __future__ import annotations
+
+import sys
+import time
+import types
+from typing import Any
+
+from IPython.core.error import UsageError
+from IPython.core.magic import Magics, line_cell_magic, magics_class
+from IPython.core.magic_arguments import (
+    MagicArgumentParser,
+    argument,
+    magic_arguments,
+    parse_argstring,
+)
+
+from . import api
+from .cellcheck import check_syntax, undefined_names
+from .job import Job, JobFailed
+from .plugins import BACKENDS, LAUNCHERS, plugin_names
+from .spec import JobSpec, SpecError, parse_env_pairs, parse_names
+from .store import FINAL_STATES
+
+
+def _job_line(job: Job) -> str:
+    status = job.status()
+    spec = job.dir.read_spec()
+    return (
+        f"{job.id:<24} {status['state']:<10} {spec.workers:>3} workers  "
+        f"{spec.backend}/{spec.launcher}  {time.strftime('%Y-%m-%d %H:%M', time.localtime(status.get('created', 0)))}"
+    )
+
+
+def _line_parser() -> MagicArgumentParser:
+    parser = MagicArgumentParser(prog="%distributed", add_help=False)
+    sub = parser.add_subparsers(dest="command", parser_class=MagicArgumentParser)
+    sub.add_parser("list", help="list every job")
+    for name, text in (
+        ("status", "show a job's state and its processes"),
+        ("stop", "stop every process of a job"),
+        ("attach", "reconnect to a job: stream its output until it ends"),
+    ):
+        sub.add_parser(name, help=text).add_argument("job")
+    logs = sub.add_parser("logs", help="print a job's logs")
+    logs.add_argument("job")
+    logs.add_argument("--rank", type=int, default=None, help="only this rank's log")
+    return parser
+
+
+@magics_class
+class DistributedMagics(Magics):
+    """The ``distributed`` magic. Line form: ``%distributed list|status|logs|stop|attach``."""
+
+    @magic_arguments()
+    @argument("-n", "--workers", type=int, default=1, help="number of workers (default 1)")
+    @argument("--backend", default="auto", help=f"auto or one of: {', '.join(plugin_names(BACKENDS))}")
+    @argument("--launcher", default="local", help=f"one of: {', '.join(plugin_names(LAUNCHERS))}")
+    @argument("--controller", default="gloo", help="horovod controller: gloo (default) or mpi")
+    @argument("--cpu", type=float, default=None, help="CPU cores per worker (affinity/quota)")
+    @argument("--memory", type=float, default=None, help="GiB of memory per worker (enforced)")
+    @argument("--env", action="append", default=[], metavar="K=V", help="environment variable (repeatable)")
+    @argument("--name", default="job", help="job name, the prefix of its id")
+    @argument("--timeout", type=float, default=120.0, help="seconds for every worker to start")
+    @argument("--grace", type=float, default=5.0, help="seconds between SIGTERM and SIGKILL on stop")
+    @argument("--push", default=None, metavar="NAMES", help="notebook variables to send, comma-separated")
+    @argument("--out", default=None, metavar="NAME", help="bind rank 0's `result` to this notebook variable")
+    @argument("--background", action="store_true", help="return a Job handle at once instead of waiting")
+    @line_cell_magic
+    def distributed(self, line: str, cell: str | None = None) -> Any:
+        """Run the cell on many workers; the cell body is shipped as train.py.
+
+        As a line magic: ``%distributed list | status JOB | logs JOB [--rank N] | stop JOB |
+        attach JOB``.
+        """
+        if cell is None:
+            return self._line_command(line)
+        args = parse_argstring(self.distributed, line)
+        try:
+            spec = JobSpec(
+                code=cell,
+                workers=args.workers,
+                backend=args.backend,
+                launcher=args.launcher,
+                controller=args.controller,
+                cpu=args.cpu,
+                memory=args.memory,
+                env=parse_env_pairs(args.env),
+                name=args.name,
+                timeout=args.timeout,
+                grace=args.grace,
+                push=parse_names(args.push),
+                out=args.out,
+            ).validate()
+            check_syntax(cell)
+            self._warn_undefined(spec)
+            job = api.submit(spec, self.shell.user_ns)
+        except SpecError as exc:
+            raise UsageError(str(exc)) from None
+        print(
+            f"Job {job.id}: {spec.workers} worker(s), backend {spec.backend}"
+            f"{' (' + spec.controller + ')' if spec.backend == 'horovod' else ''}, "
+            f"launcher {spec.launcher}",
+            flush=True,
+        )
+        if args.background:
+            return job
+        job.wait()
+        if spec.out:
+            self.shell.user_ns[spec.out] = job.result()
+        return None
+
+    def _warn_undefined(self, spec: JobSpec) -> None:
+        names = [n for n in undefined_names(spec.code) if n not in spec.push]
+        if not names:
+            return
+        user_ns = self.shell.user_ns
+        modules = [n for n in names if isinstance(user_ns.get(n), types.ModuleType)]
+        variables = [n for n in names if n in user_ns and n not in modules]
+        hints = []
+        if variables:
+            hints.append(f"send notebook variables with --push {','.join(variables)}")
+        if modules or len(variables) < len(names):
+            hints.append("import modules inside the cell")
+        print(
+            f"Warning: the cell uses {', '.join(names)} without defining them "
+            f"(workers do not see the notebook's globals): {'; '.join(hints)}.",
+            file=sys.stderr,
+            flush=True,
+        )
+
+    # --- %distributed COMMAND --------------------------------------------------
+    def _line_command(self, line: str) -> Any:
+        args = _line_parser().parse_argstring(line)
+        if args.command is None:
+            raise UsageError("%distributed needs a command: list, status, logs, stop or attach")
+        if args.command == "list":
+            jobs = Job.list()
+            print("\n".join(_job_line(j) for j in jobs) if jobs else "no jobs")
+            return None
+        try:
+            job = Job.attach(args.job)
+        except KeyError as exc:
+            raise UsageError(str(exc.args[0])) from None
+        if args.command == "status":
+            self._print_status(job)
+        elif args.command == "logs":
+            try:
+                print(job.logs(rank=args.rank))
+            except KeyError as exc:
+                raise UsageError(str(exc.args[0])) from None
+        elif args.command == "stop":
+            print(f"Job {job.id} {job.stop()}.")
+        elif args.command == "attach":
+            return self._attach(job)
+        return None
+
+    @staticmethod
+    def _print_status(job: Job) -> None:
+        status = job.status()
+        print(_job_line(job))
+        if status.get("error"):
+            print(f"error: {status['error']}")
+        for p in status.get("processes", []):
+            code = "" if p.get("exit_code") is None else f" (exit {p['exit_code']})"
+            print(f"  {p['role']}-{p['index']:<3} pid {p.get('pid') or '-':<8} {p['host']:<12} {p['state']}{code}")
+
+    def _attach(self, job: Job) -> Job:
+        print(f"Attached to job {job.id} ({job.state}).", flush=True)
+        if job.state not in FINAL_STATES:
+            try:
+                job.wait(from_start=False, stop_on_interrupt=False)
+            except KeyboardInterrupt:
+                print(f"Detached; job {job.id} goes on (`%distributed stop {job.id}` stops it).")
+            except JobFailed:
+                pass
+        self._print_status(job)
+        return job
+

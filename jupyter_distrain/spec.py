@@ -1,0 +1,95 @@
+"""JobSpec: the validated, serialisable description of one distributed job."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+
+class SpecError(ValueError):
+    """Bad input for a job. The message is one readable line naming the problem."""
+
+
+_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,39}$")
+_ENV_KEY_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_IDENTIFIER_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+CONTROLLERS = ("gloo", "mpi")
+
+
+@dataclass
+class JobSpec:
+    """Everything the supervisor needs to run a job; written to ``spec.json``."""
+
+    code: str
+    workers: int = 1
+    backend: str = "auto"
+    launcher: str = "local"
+    controller: str = "gloo"
+    cpu: float | None = None
+    memory: float | None = None  # GiB per worker
+    env: dict[str, str] = field(default_factory=dict)
+    name: str = "job"
+    timeout: float = 120.0  # seconds for every worker to come up
+    grace: float = 5.0  # seconds between SIGTERM and SIGKILL on stop
+    push: list[str] = field(default_factory=list)
+    out: str | None = None
+    workdir: str = field(default_factory=os.getcwd)
+    python: str = ""  # interpreter for workers; "" means the supervisor's own
+
+    def validate(self) -> JobSpec:
+        """Check every field; raise :class:`SpecError` naming the first bad one."""
+        if not isinstance(self.workers, int) or self.workers < 1:
+            raise SpecError(f"--workers must be a whole number >= 1, got {self.workers!r}")
+        if self.controller not in CONTROLLERS:
+            raise SpecError(
+                f"--controller must be one of {', '.join(CONTROLLERS)}, got {self.controller!r}"
+            )
+        if self.cpu is not None and not self.cpu > 0:
+            raise SpecError(f"--cpu must be a number > 0, got {self.cpu!r}")
+        if self.memory is not None and not self.memory > 0:
+            raise SpecError(f"--memory must be a number of GiB > 0, got {self.memory!r}")
+        if not self.timeout > 0:
+            raise SpecError(f"--timeout must be > 0 seconds, got {self.timeout!r}")
+        if not self.grace >= 0:
+            raise SpecError(f"--grace must be >= 0 seconds, got {self.grace!r}")
+        if not _NAME_RE.match(self.name):
+            raise SpecError(
+                f"--name must be 1-40 letters, digits, '_', '.' or '-', got {self.name!r}"
+            )
+        for key in self.env:
+            if not _ENV_KEY_RE.match(key):
+                raise SpecError(f"--env: {key!r} is not a valid environment variable name")
+        for name in [*self.push, *([self.out] if self.out else [])]:
+            if not _IDENTIFIER_RE.match(name):
+                raise SpecError(f"{name!r} is not a valid Python variable name")
+        return self
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> JobSpec:
+        known = {f.name for f in dataclasses.fields(cls)}
+        return cls(**{k: v for k, v in data.items() if k in known})
+
+
+def parse_env_pairs(pairs: list[str]) -> dict[str, str]:
+    """Turn ``["K=V", ...]`` into a dict; a pair without ``=`` is a :class:`SpecError`."""
+    env: dict[str, str] = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            raise SpecError(f"--env expects KEY=VALUE, got {pair!r}")
+        env[key] = value
+    return env
+
+
+def parse_names(text: str | None) -> list[str]:
+    """Split ``"a,b c"`` into ``["a", "b", "c"]``."""
+    if not text:
+        return []
+    return [n for n in re.split(r"[,\s]+", text) if n]

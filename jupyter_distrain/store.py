@@ -1,0 +1,157 @@
+"""The job directory: the single source of truth about a job, on disk.
+
+Layout (mode 0700)::
+
+    <root>/<job-id>/
+      spec.json       the JobSpec as submitted
+      train.py        the cell body, exactly
+      push.pkl        variables pushed from the notebook (--push), if any
+      state.json      job state + per-process state, rewritten atomically
+      events.jsonl    append-only history
+      logs/<role>-<index>.log
+      checkpoints/
+      control         the supervisor's endpoint + per-job secret (0600)
+      result.pkl      what rank 0 bound to ``result`` (--out), if anything
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import time
+from pathlib import Path
+from typing import Any
+
+from .spec import JobSpec
+
+JOB_STATES = ("pending", "launching", "running", "succeeded", "failed", "stopped")
+FINAL_STATES = frozenset({"succeeded", "failed", "stopped"})
+
+
+def jobs_root() -> Path:
+    """Where job directories live: ``$JUPYTER_DISTRAIN_ROOT`` or Jupyter's data dir."""
+    env = os.environ.get("JUPYTER_DISTRAIN_ROOT")
+    if env:
+        return Path(env)
+    from jupyter_core.paths import jupyter_data_dir
+
+    return Path(jupyter_data_dir()) / "distrain" / "jobs"
+
+
+def _write_atomic(path: Path, text: str, mode: int = 0o600) -> None:
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
+    with os.fdopen(fd, "w") as f:
+        f.write(text)
+    os.replace(tmp, path)
+
+
+class JobDir:
+    """Typed access to one job directory."""
+
+    def __init__(self, path: str | os.PathLike[str]):
+        self.path = Path(path)
+
+    @property
+    def id(self) -> str:
+        return self.path.name
+
+    # --- files -----------------------------------------------------------
+    spec_file = property(lambda self: self.path / "spec.json")
+    train_file = property(lambda self: self.path / "train.py")
+    push_file = property(lambda self: self.path / "push.pkl")
+    result_file = property(lambda self: self.path / "result.pkl")
+    state_file = property(lambda self: self.path / "state.json")
+    events_file = property(lambda self: self.path / "events.jsonl")
+    control_file = property(lambda self: self.path / "control")
+    logs_dir = property(lambda self: self.path / "logs")
+    checkpoints_dir = property(lambda self: self.path / "checkpoints")
+    supervisor_log = property(lambda self: self.path / "logs" / "supervisor.log")
+
+    def log_file(self, role: str, index: int) -> Path:
+        return self.logs_dir / f"{role}-{index}.log"
+
+    # --- creation --------------------------------------------------------
+    @classmethod
+    def create(cls, spec: JobSpec, root: Path | None = None) -> JobDir:
+        """Make a new, private job directory holding the spec and ``train.py``."""
+        root = root or jobs_root()
+        root.mkdir(parents=True, exist_ok=True, mode=0o700)
+        while True:
+            job_id = f"{spec.name}-{secrets.token_hex(3)}"
+            try:
+                (root / job_id).mkdir(mode=0o700)
+                break
+            except FileExistsError:
+                continue
+        job = cls(root / job_id)
+        os.chmod(job.path, 0o700)  # mkdir's mode is masked by the umask
+        job.logs_dir.mkdir(mode=0o700)
+        job.checkpoints_dir.mkdir(mode=0o700)
+        _write_atomic(job.spec_file, json.dumps(spec.to_dict(), indent=2))
+        _write_atomic(job.train_file, spec.code)
+        job.write_state({"state": "pending", "processes": [], "created": time.time()})
+        return job
+
+    # --- spec / state ----------------------------------------------------
+    def read_spec(self) -> JobSpec:
+        return JobSpec.from_dict(json.loads(self.spec_file.read_text()))
+
+    def read_state(self) -> dict[str, Any]:
+        try:
+            return json.loads(self.state_file.read_text())
+        except FileNotFoundError:
+            return {"state": "pending", "processes": []}
+
+    def write_state(self, state: dict[str, Any]) -> None:
+        _write_atomic(self.state_file, json.dumps(state, indent=2))
+
+    # --- events ----------------------------------------------------------
+    def append_event(self, kind: str, **fields: Any) -> None:
+        record = {"time": time.time(), "event": kind, **fields}
+        with open(self.events_file, "a") as f:
+            f.write(json.dumps(record) + "\n")
+
+    def read_events(self) -> list[dict[str, Any]]:
+        try:
+            lines = self.events_file.read_text().splitlines()
+        except FileNotFoundError:
+            return []
+        return [json.loads(line) for line in lines if line.strip()]
+
+    # --- control ---------------------------------------------------------
+    def write_control(self, host: str, port: int, secret: str, pid: int) -> None:
+        _write_atomic(
+            self.control_file,
+            json.dumps({"host": host, "port": port, "secret": secret, "pid": pid}),
+        )
+
+    def read_control(self) -> dict[str, Any] | None:
+        try:
+            return json.loads(self.control_file.read_text())
+        except (FileNotFoundError, json.JSONDecodeError):
+            return None
+
+
+def list_job_dirs(root: Path | None = None) -> list[JobDir]:
+    """Every job directory under the root, oldest first."""
+    root = root or jobs_root()
+    if not root.is_dir():
+        return []
+    dirs = [JobDir(p) for p in root.iterdir() if (p / "spec.json").exists()]
+    return sorted(dirs, key=lambda d: d.spec_file.stat().st_mtime)
+
+
+def find_job_dir(job_id: str, root: Path | None = None) -> JobDir:
+    """Resolve a job id (or a unique prefix of one) to its directory."""
+    root = root or jobs_root()
+    exact = root / job_id
+    if (exact / "spec.json").exists():
+        return JobDir(exact)
+    matches = [d for d in list_job_dirs(root) if d.id.startswith(job_id)]
+    if len(matches) == 1:
+        return matches[0]
+    if not matches:
+        raise KeyError(f"no job {job_id!r} under {root}")
+    raise KeyError(f"{job_id!r} matches several jobs: {', '.join(d.id for d in matches)}")

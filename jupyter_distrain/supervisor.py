@@ -1,0 +1,374 @@
+"""The supervisor: one detached process per job.
+
+It owns the launcher and the backend, runs the job's state machine, serves the
+control channel and writes the job store. It outlives the kernel that started
+it (own session), and its workers die with it (PR_SET_PDEATHSIG), so a job
+never leaves processes behind.
+
+Run as ``python -m jupyter_distrain.supervisor JOB_DIR``.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import queue
+import secrets
+import signal
+import socket
+import sys
+import threading
+import time
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from . import control
+from .backends.base import Backend
+from .launchers.base import LaunchedProcess, Launcher, ProcessSpec, tree_rss
+from .plugins import BACKENDS, LAUNCHERS, load_plugin
+from .store import FINAL_STATES, JobDir
+
+log = logging.getLogger("jupyter_distrain.supervisor")
+
+POLL_SECONDS = 0.1
+MEMORY_CHECK_SECONDS = 0.5
+TAIL_LINES = 20
+
+
+@dataclass
+class ProcessRecord:
+    """What state.json says about one process."""
+
+    role: str
+    index: int
+    host: str
+    ranks: list[int] = field(default_factory=list)
+    pid: int | None = None
+    state: str = "pending"  # pending -> starting -> running -> exited | killed
+    exit_code: int | None = None
+    started: float | None = None
+    ended: float | None = None
+    log: str = ""
+
+    @property
+    def label(self) -> str:
+        return f"{self.role}-{self.index}"
+
+
+class Supervisor:
+    def __init__(self, job: JobDir):
+        self.job = job
+        self.spec = job.read_spec()
+        self.secret = secrets.token_hex(32)
+        self.events: queue.Queue[tuple[str, dict[str, Any]]] = queue.Queue()
+        self.lock = threading.Lock()
+        self.state = "pending"
+        self.error: str | None = None
+        self.error_tail: str = ""
+        self.records: dict[str, ProcessRecord] = {}
+        self.launched: dict[str, LaunchedProcess] = {}
+        self.started_at = time.time()
+        self.running_at: float | None = None
+        self.stop_requested = False
+        self.launcher: Launcher | None = None
+        self.backend: Backend | None = None
+
+    # --- store -----------------------------------------------------------
+    def snapshot(self) -> dict[str, Any]:
+        with self.lock:
+            return {
+                "state": self.state,
+                "backend": self.spec.backend,
+                "launcher": self.spec.launcher,
+                "workers": self.spec.workers,
+                "supervisor_pid": os.getpid(),
+                "created": self.started_at,
+                "running_at": self.running_at,
+                "ended": time.time() if self.state in FINAL_STATES else None,
+                "error": self.error,
+                "error_tail": self.error_tail,
+                "processes": [asdict(r) for r in self.records.values()],
+            }
+
+    def save(self) -> None:
+        self.job.write_state(self.snapshot())
+
+    def set_state(self, state: str, **event: Any) -> None:
+        with self.lock:
+            self.state = state
+        log.info("job %s -> %s %s", self.job.id, state, event or "")
+        self.job.append_event("state", state=state, **event)
+        self.save()
+
+    # --- control channel (runs in server threads) ---------------------------
+    def handle(self, body: dict[str, Any]) -> dict[str, Any]:
+        op = body.get("op")
+        if op == "status":
+            return self.snapshot()
+        if op in ("stop", "hello", "bye"):
+            self.events.put((op, body))
+            return {}
+        raise ValueError(f"unknown op {op!r}")
+
+    # --- lifecycle ---------------------------------------------------------
+    def run(self) -> int:
+        server = control.ControlServer(self.secret, self.handle).start()
+        self.job.write_control(server.host, server.port, self.secret, os.getpid())
+        for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+            signal.signal(sig, lambda *_: self.events.put(("stop", {"reason": "signal"})))
+        try:
+            self.launch(server)
+            self.monitor()
+        except Exception as exc:
+            log.exception("supervisor failed")
+            self.fail(f"{type(exc).__name__}: {exc}")
+        finally:
+            self.shutdown()
+            server.stop()
+        return 0
+
+    def launch(self, server: control.ControlServer) -> None:
+        self.set_state("launching")
+        self.launcher = load_plugin(LAUNCHERS, self.spec.launcher)(self.spec, self.job)
+        self.backend = load_plugin(BACKENDS, self.spec.backend)(self.spec, self.job)
+        slots = self.launcher.place(self.spec.workers)
+        self.backend.start_services(slots, self.launcher.driver_address())
+        worker_env = {
+            "JUPYTER_DISTRAIN_JOB_DIR": str(self.job.path),
+            "JUPYTER_DISTRAIN_CONTROL": f"{server.host}:{server.port}",
+            "JUPYTER_DISTRAIN_SECRET": self.secret,
+            "JUPYTER_DISTRAIN_OUT": self.spec.out or "",
+            "PYTHONUNBUFFERED": "1",
+        }
+        python = self.spec.python or sys.executable
+        procs = self.backend.plan(slots, [python, "-m", "jupyter_distrain.worker"], worker_env)
+        for proc in procs:
+            self.records[proc.label] = ProcessRecord(
+                proc.role, proc.index, proc.slot.host if proc.slot else "localhost", proc.ranks
+            )
+            for rank in proc.ranks if proc.role != "worker" else []:
+                # ranks hosted by another process (mpirun) get their own rows
+                self.records[f"worker-{rank}"] = ProcessRecord("worker", rank, "localhost", [rank])
+        self.save()
+        for proc in procs:
+            self.start_process(proc)
+        self.save()
+
+    def start_process(self, proc: ProcessSpec) -> None:
+        record = self.records[proc.label]
+        log_path = self.job.log_file(proc.role, proc.index)
+        record.log = str(log_path.relative_to(self.job.path))
+        proc.env["JUPYTER_DISTRAIN_ROLE"] = proc.role
+        proc.env["JUPYTER_DISTRAIN_INDEX"] = str(proc.index)
+        assert self.launcher is not None
+        launched = self.launcher.start(proc, log_path)
+        self.launched[proc.label] = launched
+        record.pid, record.state, record.started = launched.pid, "starting", time.time()
+        self.job.append_event("launch", process=proc.label, pid=launched.pid, ranks=proc.ranks)
+        threading.Thread(target=self._wait_exit, args=(proc.label, launched), daemon=True).start()
+
+    def _wait_exit(self, label: str, launched: LaunchedProcess) -> None:
+        code = launched.wait()
+        self.events.put(("exit", {"label": label, "code": code, "time": time.time()}))
+
+    # --- the state machine ---------------------------------------------------
+    def monitor(self) -> None:
+        next_memory_check = 0.0
+        deadline = time.monotonic() + self.spec.timeout
+        while self.state not in FINAL_STATES:
+            try:
+                kind, body = self.events.get(timeout=POLL_SECONDS)
+            except queue.Empty:
+                kind, body = "tick", {}
+            if kind == "exit":
+                self.on_exit(body["label"], body["code"])
+            elif kind == "hello":
+                self.on_hello(body)
+            elif kind == "bye":
+                self.on_bye(body)
+            elif kind == "stop":
+                self.stop(reason=body.get("reason", "requested"))
+                return
+            if self.state in FINAL_STATES:
+                return
+            now = time.monotonic()
+            if self.state == "launching" and now > deadline:
+                missing = [r.label for r in self.workers() if r.state in ("pending", "starting")]
+                self.fail(
+                    f"startup timeout: {', '.join(missing)} did not come up "
+                    f"within {self.spec.timeout:g} s"
+                )
+            elif now >= next_memory_check and self.spec.memory is not None:
+                next_memory_check = now + MEMORY_CHECK_SECONDS
+                self.check_memory()
+
+    def workers(self) -> list[ProcessRecord]:
+        return [r for r in self.records.values() if r.role == "worker"]
+
+    def on_hello(self, body: dict[str, Any]) -> None:
+        record = self.records.get(f"worker-{body.get('rank')}")
+        if record is None:
+            return
+        record.pid = record.pid or body.get("pid")
+        record.host = body.get("host", record.host)
+        record.state = "running"
+        record.started = record.started or time.time()
+        self.job.append_event("worker_up", process=record.label, pid=record.pid)
+        if self.state == "launching" and all(r.state == "running" for r in self.workers()):
+            self.running_at = time.time()
+            self.set_state("running", seconds_to_running=round(self.running_at - self.started_at, 3))
+        else:
+            self.save()
+
+    def on_bye(self, body: dict[str, Any]) -> None:
+        """A rank hosted by mpirun reports its exit code before it exits."""
+        record = self.records.get(f"worker-{body.get('rank')}")
+        if record is None or record.label in self.launched:
+            return  # processes we launched ourselves report through wait()
+        self.record_exit(record, int(body.get("code", 1)))
+
+    def on_exit(self, label: str, code: int) -> None:
+        record = self.records[label]
+        self.record_exit(record, code)
+        if record.role == "mpirun":
+            for rank_record in self.workers():
+                if rank_record.state in ("pending", "starting", "running"):
+                    self.record_exit(rank_record, code)
+        if self.stop_requested:
+            return
+        if code != 0:
+            culprit = self.first_failure() or record
+            self.fail_process(culprit)
+        elif all(r.state == "exited" and r.exit_code == 0 for r in self.records.values()):
+            self.set_state("succeeded")
+
+    def record_exit(self, record: ProcessRecord, code: int) -> None:
+        if record.state in ("exited", "killed"):
+            return
+        record.exit_code = code
+        record.state = "killed" if code < 0 else "exited"
+        record.ended = time.time()
+        self.job.append_event("exit", process=record.label, code=code)
+        self.save()
+
+    def first_failure(self) -> ProcessRecord | None:
+        failed = [
+            r for r in self.workers() if r.exit_code not in (None, 0) and r.ended is not None
+        ]
+        return min(failed, key=lambda r: r.ended or 0) if failed else None
+
+    def fail_process(self, record: ProcessRecord) -> None:
+        what = f"rank {record.index}" if record.role == "worker" else record.label
+        self.fail(
+            f"{what} failed first (exit code {record.exit_code})",
+            tail=self.log_tail(record),
+            process=record.label,
+        )
+
+    def log_tail(self, record: ProcessRecord, lines: int = TAIL_LINES) -> str:
+        path = self.job.log_file(record.role, record.index)
+        try:
+            with open(path, "rb") as f:
+                f.seek(max(0, path.stat().st_size - 64 * 1024))
+                text = f.read().decode(errors="replace")
+        except FileNotFoundError:
+            return ""
+        return "\n".join(text.splitlines()[-lines:])
+
+    def check_memory(self) -> None:
+        assert self.spec.memory is not None
+        limit = self.spec.memory * 2**30
+        for label, launched in self.launched.items():
+            record = self.records[label]
+            used = launched.memory_bytes()
+            if record.role == "worker" and used > limit:
+                launched.signal(signal.SIGKILL)
+                self.record_exit(record, -signal.SIGKILL)
+                self.fail(
+                    f"worker {record.index} exceeded {self.spec.memory:.1f} GiB "
+                    f"(resident {used / 2**30:.2f} GiB)",
+                    process=label,
+                )
+                return
+        # mpirun ranks are checked one by one through the pids they reported
+        for record in self.workers():
+            if record.label not in self.launched and record.pid and record.state == "running":
+                used = tree_rss(record.pid)
+                if used > limit:
+                    self.fail(f"worker {record.index} exceeded {self.spec.memory:.1f} GiB")
+                    return
+
+    def fail(self, error: str, tail: str = "", **event: Any) -> None:
+        if self.state in FINAL_STATES:
+            return
+        log.error("job failed: %s", error)
+        with self.lock:
+            self.error, self.error_tail = error, tail
+        self.terminate_all(self.spec.grace)
+        self.set_state("failed", error=error, **event)
+
+    def stop(self, reason: str) -> None:
+        self.stop_requested = True
+        self.job.append_event("stop_requested", reason=reason)
+        self.terminate_all(self.spec.grace)
+        self.set_state("stopped", reason=reason)
+
+    def alive(self) -> list[str]:
+        return [label for label, p in self.launched.items() if p.poll() is None]
+
+    def terminate_all(self, grace: float) -> None:
+        """SIGTERM every process of the job, SIGKILL what is left after ``grace`` s."""
+        self.stop_requested = True
+        for label in self.alive():
+            self.launched[label].signal(signal.SIGTERM)
+        deadline = time.monotonic() + grace
+        while self.alive() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        for label in self.alive():
+            log.warning("%s ignored SIGTERM for %.1f s: SIGKILL", label, grace)
+            self.launched[label].signal(signal.SIGKILL)
+        for launched in self.launched.values():
+            launched.signal(signal.SIGKILL)  # stragglers that left the process group
+            launched.wait()
+        self.drain_exits()
+
+    def drain_exits(self) -> None:
+        """Record the exits the wait threads reported, and anything still unrecorded."""
+        for label, launched in self.launched.items():
+            code = launched.poll()
+            if code is not None:
+                self.record_exit(self.records[label], code)
+        for record in self.records.values():
+            if record.state in ("pending", "starting", "running"):
+                self.record_exit(record, -signal.SIGKILL)
+
+    def shutdown(self) -> None:
+        if self.launched:
+            self.terminate_all(0)
+        if self.backend is not None:
+            self.backend.stop_services()
+        if self.launcher is not None:
+            self.launcher.close()
+        if self.state not in FINAL_STATES:
+            self.set_state("failed", error=self.error or "supervisor ended unexpectedly")
+        self.save()
+
+
+def _setup_logging(job: JobDir) -> None:
+    logging.basicConfig(
+        filename=job.supervisor_log,
+        level=logging.INFO,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = argv if argv is not None else sys.argv[1:]
+    job = JobDir(argv[0])
+    _setup_logging(job)
+    log.info("supervisor for %s on %s, pid %d", job.id, socket.gethostname(), os.getpid())
+    return Supervisor(job).run()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,1 @@
+"""What every launched process runs before the user's ``train.py``."""
