@@ -74,9 +74,7 @@ class LogTail:
 
     def flush(self) -> list[str]:
         """Whatever is left without a final newline."""
-        lines = [
-            f"{_label(p)} {data.decode(errors='replace')}" for p, data in self.partial.items()
-        ]
+        lines = [f"{_label(p)} {data.decode(errors='replace')}" for p, data in self.partial.items()]
         self.partial.clear()
         return lines
 
@@ -204,7 +202,9 @@ class Job:
                 print(line, file=out, flush=True)
         status = self.status()
         if status["state"] == "failed":
-            raise JobFailed(self.id, status.get("error") or "unknown error", status.get("error_tail", ""))
+            raise JobFailed(
+                self.id, status.get("error") or "unknown error", status.get("error_tail", "")
+            )
         return status["state"]
 
     # --- output ------------------------------------------------------------

@@ -27,9 +27,10 @@ from .store import FINAL_STATES
 def _job_line(job: Job) -> str:
     status = job.status()
     spec = job.dir.read_spec()
+    created = time.strftime("%Y-%m-%d %H:%M", time.localtime(status.get("created", 0)))
     return (
         f"{job.id:<24} {status['state']:<10} {spec.workers:>3} workers  "
-        f"{spec.backend}/{spec.launcher}  {time.strftime('%Y-%m-%d %H:%M', time.localtime(status.get('created', 0)))}"
+        f"{spec.backend}/{spec.launcher}  {created}"
     )
 
 
@@ -55,18 +56,37 @@ class DistributedMagics(Magics):
 
     @magic_arguments()
     @argument("-n", "--workers", type=int, default=1, help="number of workers (default 1)")
-    @argument("--backend", default="auto", help=f"auto or one of: {', '.join(plugin_names(BACKENDS))}")
+    @argument(
+        "--backend", default="auto", help=f"auto or one of: {', '.join(plugin_names(BACKENDS))}"
+    )
     @argument("--launcher", default="local", help=f"one of: {', '.join(plugin_names(LAUNCHERS))}")
     @argument("--controller", default="gloo", help="horovod controller: gloo (default) or mpi")
     @argument("--cpu", type=float, default=None, help="CPU cores per worker (affinity/quota)")
     @argument("--memory", type=float, default=None, help="GiB of memory per worker (enforced)")
-    @argument("--env", action="append", default=[], metavar="K=V", help="environment variable (repeatable)")
+    @argument(
+        "--env",
+        action="append",
+        default=[],
+        metavar="K=V",
+        help="environment variable (repeatable)",
+    )
     @argument("--name", default="job", help="job name, the prefix of its id")
     @argument("--timeout", type=float, default=120.0, help="seconds for every worker to start")
-    @argument("--grace", type=float, default=5.0, help="seconds between SIGTERM and SIGKILL on stop")
-    @argument("--push", default=None, metavar="NAMES", help="notebook variables to send, comma-separated")
-    @argument("--out", default=None, metavar="NAME", help="bind rank 0's `result` to this notebook variable")
-    @argument("--background", action="store_true", help="return a Job handle at once instead of waiting")
+    @argument(
+        "--grace", type=float, default=5.0, help="seconds between SIGTERM and SIGKILL on stop"
+    )
+    @argument(
+        "--push", default=None, metavar="NAMES", help="notebook variables to send, comma-separated"
+    )
+    @argument(
+        "--out",
+        default=None,
+        metavar="NAME",
+        help="bind rank 0's `result` to this notebook variable",
+    )
+    @argument(
+        "--background", action="store_true", help="return a Job handle at once instead of waiting"
+    )
     @line_cell_magic
     def distributed(self, line: str, cell: str | None = None) -> Any:
         """Run the cell on many workers; the cell body is shipped as train.py.
@@ -164,7 +184,8 @@ class DistributedMagics(Magics):
             print(f"error: {status['error']}")
         for p in status.get("processes", []):
             code = "" if p.get("exit_code") is None else f" (exit {p['exit_code']})"
-            print(f"  {p['role']}-{p['index']:<3} pid {p.get('pid') or '-':<8} {p['host']:<12} {p['state']}{code}")
+            label, pid = f"{p['role']}-{p['index']}", p.get("pid") or "-"
+            print(f"  {label:<10} pid {pid:<8} {p['host']:<12} {p['state']}{code}")
 
     def _attach(self, job: Job) -> Job:
         print(f"Attached to job {job.id} ({job.state}).", flush=True)
@@ -177,4 +198,3 @@ class DistributedMagics(Magics):
                 pass
         self._print_status(job)
         return job
-

@@ -216,7 +216,9 @@ class Supervisor:
         self.job.append_event("worker_up", process=record.label, pid=record.pid)
         if self.state == "launching" and all(r.state == "running" for r in self.workers()):
             self.running_at = time.time()
-            self.set_state("running", seconds_to_running=round(self.running_at - self.started_at, 3))
+            self.set_state(
+                "running", seconds_to_running=round(self.running_at - self.started_at, 3)
+            )
         else:
             self.save()
 
@@ -252,9 +254,7 @@ class Supervisor:
         self.save()
 
     def first_failure(self) -> ProcessRecord | None:
-        failed = [
-            r for r in self.workers() if r.exit_code not in (None, 0) and r.ended is not None
-        ]
+        failed = [r for r in self.workers() if r.exit_code not in (None, 0) and r.ended is not None]
         return min(failed, key=lambda r: r.ended or 0) if failed else None
 
     def fail_process(self, record: ProcessRecord) -> None:

@@ -87,12 +87,18 @@ class HorovodBackend(Backend):
         if os.geteuid() == 0:
             argv.append("--allow-run-as-root")
         argv += [
-            "-np", str(len(slots)),
-            "-H", hosts_string(slots),
-            "--bind-to", "none",
-            "--map-by", "slot",
+            "-np",
+            str(len(slots)),
+            "-H",
+            hosts_string(slots),
+            "--bind-to",
+            "none",
+            "--map-by",
+            "slot",
             # Shared-memory single copy (CMA) is refused inside many containers.
-            "--mca", "btl_vader_single_copy_mechanism", "none",
+            "--mca",
+            "btl_vader_single_copy_mechanism",
+            "none",
         ]
         env = {
             **worker_env,

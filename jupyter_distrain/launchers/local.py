@@ -42,7 +42,9 @@ class LocalLauncher(Launcher):
     def place(self, n: int) -> list[Slot]:
         self._cpu_sets = cpu_sets(n, self.spec.cpu)
         self._quotas: list[CpuQuota] = []
-        return [Slot(host="localhost", address="127.0.0.1", index=i, local_index=i) for i in range(n)]
+        return [
+            Slot(host="localhost", address="127.0.0.1", index=i, local_index=i) for i in range(n)
+        ]
 
     def start(self, proc: ProcessSpec, log_path: Path) -> LaunchedProcess:
         env = {**os.environ, **thread_env(self.spec.cpu), **self.spec.env, **proc.env}
