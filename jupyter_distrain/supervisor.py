@@ -10,6 +10,8 @@ Run as ``python -m jupyter_distrain.supervisor JOB_DIR``.
 
 from __future__ import annotations
 
+import contextlib
+import ctypes
 import logging
 import os
 import queue
@@ -22,6 +24,8 @@ import time
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+import psutil
+
 from . import control
 from .backends.base import Backend
 from .launchers.base import LaunchedProcess, Launcher, ProcessSpec, tree_rss
@@ -31,8 +35,9 @@ from .store import FINAL_STATES, JobDir
 log = logging.getLogger("jupyter_distrain.supervisor")
 
 POLL_SECONDS = 0.1
-MEMORY_CHECK_SECONDS = 0.5
+PERIODIC_CHECK_SECONDS = 0.5  # memory limits, orphan reaping
 TAIL_LINES = 20
+_PR_SET_CHILD_SUBREAPER = 36
 
 
 @dataclass
@@ -112,6 +117,7 @@ class Supervisor:
 
     # --- lifecycle ---------------------------------------------------------
     def run(self) -> int:
+        become_subreaper()
         server = control.ControlServer(self.secret, self.handle).start()
         self.job.write_control(server.host, server.port, self.secret, os.getpid())
         for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
@@ -148,7 +154,9 @@ class Supervisor:
             )
             for rank in proc.ranks if proc.role != "worker" else []:
                 # ranks hosted by another process (mpirun) get their own rows
-                self.records[f"worker-{rank}"] = ProcessRecord("worker", rank, "localhost", [rank])
+                self.records[f"worker-{rank}"] = ProcessRecord(
+                    "worker", rank, "localhost", [rank], log=f"logs/worker-{rank}.log"
+                )
         self.save()
         for proc in procs:
             self.start_process(proc)
@@ -173,7 +181,7 @@ class Supervisor:
 
     # --- the state machine ---------------------------------------------------
     def monitor(self) -> None:
-        next_memory_check = 0.0
+        next_check = 0.0
         deadline = time.monotonic() + self.spec.timeout
         while self.state not in FINAL_STATES:
             try:
@@ -198,9 +206,11 @@ class Supervisor:
                     f"startup timeout: {', '.join(missing)} did not come up "
                     f"within {self.spec.timeout:g} s"
                 )
-            elif now >= next_memory_check and self.spec.memory is not None:
-                next_memory_check = now + MEMORY_CHECK_SECONDS
-                self.check_memory()
+            elif now >= next_check:
+                next_check = now + PERIODIC_CHECK_SECONDS
+                self.reap()
+                if self.spec.memory is not None:
+                    self.check_memory()
 
     def workers(self) -> list[ProcessRecord]:
         return [r for r in self.records.values() if r.role == "worker"]
@@ -227,20 +237,21 @@ class Supervisor:
         record = self.records.get(f"worker-{body.get('rank')}")
         if record is None or record.label in self.launched:
             return  # processes we launched ourselves report through wait()
-        self.record_exit(record, int(body.get("code", 1)))
+        self.on_process_end(record, int(body.get("code", 1)))
 
     def on_exit(self, label: str, code: int) -> None:
         record = self.records[label]
-        self.record_exit(record, code)
         if record.role == "mpirun":
             for rank_record in self.workers():
-                if rank_record.state in ("pending", "starting", "running"):
-                    self.record_exit(rank_record, code)
+                self.record_exit(rank_record, code)  # ranks that did not say bye
+        self.on_process_end(record, code)
+
+    def on_process_end(self, record: ProcessRecord, code: int) -> None:
+        self.record_exit(record, code)
         if self.stop_requested:
             return
         if code != 0:
-            culprit = self.first_failure() or record
-            self.fail_process(culprit)
+            self.fail_process(self.first_failure() or record)
         elif all(r.state == "exited" and r.exit_code == 0 for r in self.records.values()):
             self.set_state("succeeded")
 
@@ -330,7 +341,12 @@ class Supervisor:
         for launched in self.launched.values():
             launched.signal(signal.SIGKILL)  # stragglers that left the process group
             launched.wait()
+        kill_descendants()  # anything that escaped its process group, orphans included
+        self.reap()
         self.drain_exits()
+
+    def reap(self) -> None:
+        reap_orphans({p.pid for p in self.launched.values()})
 
     def drain_exits(self) -> None:
         """Record the exits the wait threads reported, and anything still unrecorded."""
@@ -352,6 +368,29 @@ class Supervisor:
         if self.state not in FINAL_STATES:
             self.set_state("failed", error=self.error or "supervisor ended unexpectedly")
         self.save()
+
+
+def become_subreaper() -> None:
+    """Orphans of the job's processes (ranks whose mpirun died) become our children."""
+    if sys.platform.startswith("linux"):
+        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_CHILD_SUBREAPER, 1)
+
+
+def kill_descendants() -> None:
+    """SIGKILL every process below the supervisor, whoever started it."""
+    for child in psutil.Process().children(recursive=True):
+        with contextlib.suppress(psutil.NoSuchProcess):
+            child.kill()
+
+
+def reap_orphans(known: set[int]) -> None:
+    """Collect exited orphans; ``known`` pids are left to their Popen objects."""
+    for child in psutil.Process().children():
+        if child.pid in known:
+            continue
+        with contextlib.suppress(ChildProcessError, psutil.NoSuchProcess):
+            if child.status() == psutil.STATUS_ZOMBIE:
+                os.waitpid(child.pid, os.WNOHANG)
 
 
 def _setup_logging(job: JobDir) -> None:

@@ -90,6 +90,7 @@ def run_train(job_dir: Path, rank: int) -> int:
 def main() -> int:
     job_dir = Path(os.environ["JUPYTER_DISTRAIN_JOB_DIR"])
     rank = _rank()
+    os.environ["JUPYTER_DISTRAIN_RANK"] = str(rank)
     if os.environ.get("JUPYTER_DISTRAIN_LOG_PER_RANK"):
         os.environ["JUPYTER_DISTRAIN_INDEX"] = str(rank)
         _redirect_output(job_dir / "logs" / f"worker-{rank}.log")
