@@ -1,0 +1,159 @@
+"""Fixtures: a private jobs root, and real IPython kernels driven over ZMQ."""
+
+from __future__ import annotations
+
+import os
+import queue
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import psutil
+import pytest
+from jupyter_client.manager import KernelManager
+
+from jupyter_distrain.store import JobDir, list_job_dirs
+
+
+@pytest.fixture(autouse=True)
+def jobs_root(tmp_path_factory, monkeypatch) -> Path:
+    root = tmp_path_factory.mktemp("jobs")
+    monkeypatch.setenv("JUPYTER_DISTRAIN_ROOT", str(root))
+    return root
+
+
+@dataclass
+class CellOutput:
+    stdout: str = ""
+    stderr: str = ""
+    result: str = ""
+    error: dict | None = None
+    messages: list = field(default_factory=list)
+
+    @property
+    def error_text(self) -> str:
+        if not self.error:
+            return ""
+        return f"{self.error['ename']}: {self.error['evalue']}"
+
+
+class Kernel:
+    """A real IPython kernel in its own process, with the extension loaded."""
+
+    def __init__(self, root: Path, cwd: Path):
+        self.km = KernelManager(kernel_name="python3")
+        env = {**os.environ, "JUPYTER_DISTRAIN_ROOT": str(root)}
+        self.km.start_kernel(env=env, cwd=str(cwd))
+        self.kc = self.km.client()
+        self.kc.start_channels()
+        self.kc.wait_for_ready(timeout=60)
+        out = self.execute("%load_ext jupyter_distrain")
+        assert out.error is None, out.error
+
+    @property
+    def pid(self) -> int:
+        return self.km.provisioner.process.pid
+
+    def submit(self, code: str) -> str:
+        return self.kc.execute(code)
+
+    def collect(self, msg_id: str, timeout: float = 240) -> CellOutput:
+        out = CellOutput()
+        deadline = time.monotonic() + timeout
+        while True:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise TimeoutError(f"cell still running after {timeout} s:\n{out.stdout}")
+            try:
+                msg = self.kc.get_iopub_msg(timeout=remaining)
+            except queue.Empty:
+                continue
+            if msg["parent_header"].get("msg_id") != msg_id:
+                continue
+            out.messages.append(msg)
+            kind, content = msg["msg_type"], msg["content"]
+            if kind == "stream":
+                if content["name"] == "stdout":
+                    out.stdout += content["text"]
+                else:
+                    out.stderr += content["text"]
+            elif kind == "error":
+                out.error = content
+            elif kind == "execute_result":
+                out.result += content["data"].get("text/plain", "")
+            elif kind == "status" and content["execution_state"] == "idle":
+                return self._reply(msg_id, out, deadline)
+
+    def _reply(self, msg_id: str, out: CellOutput, deadline: float) -> CellOutput:
+        """Errors shown without a traceback (UsageError) only appear in the shell reply."""
+        while True:
+            reply = self.kc.get_shell_msg(timeout=max(1.0, deadline - time.monotonic()))
+            if reply["parent_header"].get("msg_id") == msg_id:
+                break
+        content = reply["content"]
+        if content["status"] == "error" and out.error is None:
+            out.error = content
+        return out
+
+    def execute(self, code: str, timeout: float = 240) -> CellOutput:
+        return self.collect(self.submit(code), timeout)
+
+    def shutdown(self) -> None:
+        self.kc.stop_channels()
+        if self.km.is_alive():
+            self.km.shutdown_kernel(now=True)
+
+
+@pytest.fixture
+def kernel(jobs_root, tmp_path):
+    k = Kernel(jobs_root, tmp_path)
+    yield k
+    k.shutdown()
+
+
+@pytest.fixture
+def new_kernel(jobs_root, tmp_path):
+    """A factory for extra kernels sharing the same jobs root."""
+    made: list[Kernel] = []
+
+    def make() -> Kernel:
+        made.append(Kernel(jobs_root, tmp_path))
+        return made[-1]
+
+    yield make
+    for k in made:
+        k.shutdown()
+
+
+def running(pid: int) -> bool:
+    """True while ``pid`` is a live process (a zombie has finished running)."""
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
+def only_job(root: Path) -> JobDir:
+    jobs = list_job_dirs(root)
+    assert len(jobs) == 1, [j.id for j in jobs]
+    return jobs[0]
+
+
+def job_pids(job: JobDir) -> list[int]:
+    """The supervisor's pid and every pid the job recorded, with their descendants."""
+    state = job.read_state()
+    pids = [p["pid"] for p in state["processes"] if p.get("pid")]
+    control = job.read_control()
+    if control:
+        pids.append(control["pid"])
+    return pids
+
+
+def wait_for(predicate, timeout: float, interval: float = 0.1, what: str = "condition"):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(interval)
+    raise AssertionError(f"timed out after {timeout} s waiting for {what}")

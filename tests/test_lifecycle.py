@@ -1,0 +1,193 @@
+"""Job lifecycle from a real kernel: bad input, failures, interrupt, kernel death, attach.
+
+These cells are plain Python (no TensorFlow) so that each job takes a second or two;
+the processes, signals and supervisor are all real.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import time
+
+import pytest
+from conftest import job_pids, only_job, running, wait_for
+
+from jupyter_distrain.store import list_job_dirs
+
+
+def test_syntax_error_is_reported_with_the_cell_line_and_launches_nothing(kernel, jobs_root):
+    out = kernel.execute("%%distributed --workers 2\nx = 1\nif x ==\n    print(x)\n")
+    assert out.error is not None
+    assert out.error["ename"] == "UsageError"
+    assert "line 3" in out.error["evalue"] and "train.py line 2" in out.error["evalue"]
+    assert list_job_dirs(jobs_root) == []
+
+
+@pytest.mark.parametrize(
+    "flags, expected",
+    [
+        ("--bogus 1", "--bogus"),
+        ("--workers 0", "--workers"),
+        ("--memory abc", "--memory"),
+        ("--env NOEQUALS", "--env"),
+        ("--backend nosuch", "--backend"),
+        ("--push undefined_thing", "--push"),
+    ],
+)
+def test_bad_flags_give_one_line_and_launch_nothing(kernel, jobs_root, flags, expected):
+    out = kernel.execute(f"%%distributed {flags}\nprint('never')\n")
+    assert out.error is not None and out.error["ename"] == "UsageError"
+    assert expected in out.error["evalue"]
+    assert "\n" not in out.error["evalue"].strip()
+    assert "never" not in out.stdout
+    assert list_job_dirs(jobs_root) == []
+
+
+def test_undefined_names_are_warned_about(kernel):
+    kernel.execute("data = [1, 2, 3]")
+    out = kernel.execute(
+        "%%distributed --workers 1\ntry:\n    print(len(data))\nexcept NameError:\n    print('no data')\n"
+    )
+    assert "data" in out.stderr and "--push data" in out.stderr
+    assert "[0] no data" in out.stdout
+
+
+def test_failing_worker_fails_the_job_names_the_rank_and_stops_the_others(kernel, jobs_root):
+    cell = (
+        "%%distributed --workers 2\n"
+        "import os, time\n"
+        "if os.environ['JUPYTER_DISTRAIN_RANK'] == '1':\n"
+        "    time.sleep(0.5)\n"
+        "    raise ValueError('bad batch on rank one')\n"
+        "time.sleep(120)\n"
+    )
+    started = time.monotonic()
+    out = kernel.execute(cell)
+    elapsed = time.monotonic() - started
+    assert out.error is not None and out.error["ename"] == "JobFailed"
+    assert "rank 1 failed first" in out.error["evalue"]
+    assert any("ValueError: bad batch on rank one" in line for line in out.error["traceback"])
+    assert elapsed < 20  # rank 0 would have slept 120 s
+    job = only_job(jobs_root)
+    state = job.read_state()
+    assert state["state"] == "failed"
+    failed_at = next(
+        e["time"]
+        for e in job.read_events()
+        if e.get("process") == "worker-1" and e["event"] == "exit"
+    )
+    ended_at = next(e["time"] for e in job.read_events() if e.get("state") == "failed")
+    assert ended_at - failed_at < 2.0
+    wait_for(lambda: not any(running(p) for p in job_pids(job)), 5, what="job processes to exit")
+
+
+def test_interrupt_stops_every_process_within_grace(kernel, jobs_root):
+    grace = 3
+    cell = (
+        f"%%distributed --workers 2 --grace {grace}\n"
+        "import signal, subprocess, time\n"
+        "child = subprocess.Popen(['sleep', '300'])\n"  # a grandchild of the supervisor
+        "print('child', child.pid, flush=True)\n"
+        "signal.signal(signal.SIGTERM, lambda *a: None)\n"  # a worker that ignores SIGTERM
+        "time.sleep(300)\n"
+    )
+    msg_id = kernel.submit(cell)
+    job = wait_for(lambda: list_job_dirs(jobs_root), 30, what="the job")[0]
+    logs = [job.log_file("worker", i) for i in range(2)]
+    wait_for(
+        lambda: all(p.exists() and "child" in p.read_text() for p in logs), 30, what="children"
+    )
+    grandchildren = [int(p.read_text().split()[1]) for p in logs]
+    pids = job_pids(job) + grandchildren
+    assert all(running(p) for p in pids)
+    interrupted = time.monotonic()
+    kernel.km.interrupt_kernel()
+    out = kernel.collect(msg_id, timeout=60)
+    assert out.error is not None and out.error["ename"] == "KeyboardInterrupt"
+    wait_for(lambda: not any(running(p) for p in pids), grace + 2, what="every process gone")
+    assert time.monotonic() - interrupted < grace + 2
+    assert job.read_state()["state"] == "stopped"
+    assert f"Job {job.id} stopped." in out.stdout
+
+
+def test_job_outlives_a_killed_kernel_and_attach_sees_it_succeed(kernel, new_kernel, jobs_root):
+    kernel.submit(
+        "%%distributed --workers 2 --name survivor\nimport time\ntime.sleep(4)\nprint('done')\n"
+    )
+    job = wait_for(lambda: list_job_dirs(jobs_root), 30, what="the job")[0]
+    wait_for(lambda: job.read_state()["state"] == "running", 30, what="running")
+    kernel_pid = kernel.pid
+    os.kill(kernel_pid, signal.SIGKILL)  # as the OOM killer would
+    wait_for(lambda: not running(kernel_pid), 10, what="kernel gone")
+    assert job.read_state()["state"] == "running"
+    fresh = new_kernel()
+    out = fresh.execute(f"job = %distributed attach {job.id}\nprint(job.state)")
+    assert out.error is None, out.error_text
+    assert out.stdout.strip().splitlines()[-1] == "succeeded"
+    assert "[0] done" in out.stdout or "done" in job.log_file("worker", 0).read_text()
+
+
+def test_line_commands_list_status_logs_stop(kernel, jobs_root):
+    out = kernel.execute(
+        "job = get_ipython().run_cell_magic('distributed', '--workers 2 --background --name bg',"
+        ' \'import os, time\\nprint("hello from", os.environ["JUPYTER_DISTRAIN_RANK"], '
+        "flush=True)\\ntime.sleep(120)\\n')\nprint(job.id)"
+    )
+    assert out.error is None, out.error_text
+    job = only_job(jobs_root)
+    wait_for(lambda: job.read_state()["state"] == "running", 30, what="running")
+    wait_for(lambda: "hello" in job.log_file("worker", 1).read_text(), 30, what="output")
+    out = kernel.execute("%distributed list")
+    assert job.id in out.stdout and "running" in out.stdout
+    out = kernel.execute(f"%distributed status {job.id}")
+    assert "worker-0" in out.stdout and "worker-1" in out.stdout
+    out = kernel.execute(f"%distributed logs {job.id} --rank 1")
+    assert out.stdout.strip() == "hello from 1"
+    out = kernel.execute(f"%distributed stop {job.id}")
+    assert f"Job {job.id} stopped." in out.stdout
+    assert not any(running(p) for p in job_pids(job)[:-1])
+    out = kernel.execute("%distributed status nosuchjob")
+    assert out.error["ename"] == "UsageError" and "nosuchjob" in out.error["evalue"]
+
+
+def test_memory_limit_fails_the_job_naming_the_worker(kernel, jobs_root):
+    cell = (
+        "%%distributed --workers 2 --memory 0.5\n"
+        "import os, time\n"
+        "if os.environ['JUPYTER_DISTRAIN_RANK'] == '1':\n"
+        "    hog = bytearray(800 * 2**20)\n"
+        "    hog[::4096] = b'x' * len(hog[::4096])\n"
+        "time.sleep(60)\n"
+    )
+    out = kernel.execute(cell)
+    assert out.error is not None and "worker 1 exceeded 0.5 GiB" in out.error["evalue"]
+    job = only_job(jobs_root)
+    wait_for(lambda: not any(running(p) for p in job_pids(job)), 5, what="job processes to exit")
+
+
+def test_cpu_flag_pins_each_worker(kernel):
+    out = kernel.execute(
+        "%%distributed --workers 2 --cpu 1\nimport os\nprint('cpus', sorted(os.sched_getaffinity(0)),"
+        " os.environ['OMP_NUM_THREADS'])\n"
+    )
+    assert out.error is None, out.error_text
+    lines = [line for line in out.stdout.splitlines() if " cpus " in line]
+    assert len(lines) == 2
+    for line in lines:
+        cpus = json.loads(line.split("cpus ")[1].rsplit(" ", 1)[0])
+        assert len(cpus) == 1 and line.endswith(" 1")
+
+
+def test_job_directory_layout_is_private(kernel, jobs_root):
+    out = kernel.execute("%%distributed --workers 1 --name layout\nprint('hi')\n")
+    assert out.error is None, out.error_text
+    job = only_job(jobs_root)
+    assert job.train_file.read_text() == "print('hi')\n"
+    assert job.path.stat().st_mode & 0o777 == 0o700
+    assert job.control_file.stat().st_mode & 0o777 == 0o600
+    assert json.loads(job.spec_file.read_text())["workers"] == 1
+    kinds = [e["event"] for e in job.read_events()]
+    assert kinds[0] == "state" and "launch" in kinds and "exit" in kinds
+    assert job.read_state()["state"] == "succeeded"
