@@ -45,14 +45,14 @@ $(STAMPS)/package: $(STAMPS)/horovod pyproject.toml
 	@touch $@
 
 demo: setup
-	$(PY) -m jupyter_distrain.demo notebooks/01-quickstart.ipynb
+	$(PY) notebooks/run.py notebooks/01-quickstart.ipynb
 
 test: setup
-	$(VENV)/bin/ruff check jupyter_distrain tests benchmarks
+	$(VENV)/bin/ruff check jupyter_distrain tests benchmarks notebooks
 	$(VENV)/bin/pytest
 
 lint: setup
-	$(VENV)/bin/ruff check jupyter_distrain tests benchmarks
+	$(VENV)/bin/ruff check jupyter_distrain tests benchmarks notebooks
 
 clean:
 	rm -rf $(VENV)

@@ -1,0 +1,122 @@
+"""Fast checks of the pure parts: spec validation, cell analysis, message signing."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from IPython.core.interactiveshell import InteractiveShell
+
+from jupyter_distrain import control
+from jupyter_distrain.cellcheck import check_syntax, undefined_names
+from jupyter_distrain.spec import JobSpec, SpecError, parse_env_pairs, parse_names
+from jupyter_distrain.store import JobDir
+
+
+@pytest.mark.parametrize(
+    "fields, flag",
+    [
+        ({"workers": 0}, "--workers"),
+        ({"cpu": 0}, "--cpu"),
+        ({"memory": -1}, "--memory"),
+        ({"grace": -1}, "--grace"),
+        ({"timeout": 0}, "--timeout"),
+        ({"name": "bad name!"}, "--name"),
+        ({"controller": "nccl"}, "--controller"),
+        ({"env": {"1BAD": "x"}}, "--env"),
+    ],
+)
+def test_spec_rejects_bad_fields_naming_the_flag(fields, flag):
+    with pytest.raises(SpecError, match=flag):
+        JobSpec(code="pass", **fields).validate()
+
+
+def test_spec_round_trips_through_json():
+    spec = JobSpec(code="print(1)", workers=3, env={"A": "1"}, push=["x"], out="y")
+    assert JobSpec.from_dict(json.loads(json.dumps(spec.to_dict()))) == spec
+
+
+def test_env_and_names_parsing():
+    assert parse_env_pairs(["A=1", "B=x=y", "C="]) == {"A": "1", "B": "x=y", "C": ""}
+    with pytest.raises(SpecError, match="--env"):
+        parse_env_pairs(["NOEQUALS"])
+    assert parse_names("a, b c") == ["a", "b", "c"]
+
+
+def test_syntax_error_names_the_cell_line():
+    with pytest.raises(SpecError, match=r"line 4 \(train.py line 3\)"):
+        check_syntax("a = 1\nb = 2\nc = (\n")
+
+
+def test_undefined_names_ignore_everything_the_cell_binds():
+    code = (
+        "import numpy as np\nfrom os import path\n"
+        "def f(a, *args, k=1, **kw):\n    return a + k + outer\n"
+        "class C: pass\n"
+        "for i in range(3):\n    total = i\n"
+        "try:\n    pass\nexcept ValueError as err:\n    print(err)\n"
+        "print(np, path, C, total, data, [j for j in data], model)\n"
+        "result = 1\n"
+    )
+    assert undefined_names(code) == ["data", "model", "outer"]
+    assert undefined_names("from x import *\nprint(anything)") == []
+
+
+def test_control_messages_are_signed_and_forgeries_rejected():
+    line = control.encode("secret", {"op": "stop"})
+    assert control.verify("secret", line) == {"op": "stop"}
+    assert control.verify("other-secret", line) is None
+    forged = json.loads(line)
+    forged["body"]["op"] = "status"
+    assert control.verify("secret", json.dumps(forged).encode()) is None
+    assert control.verify("secret", b"not json") is None
+
+
+def test_control_server_answers_signed_requests_only():
+    server = control.ControlServer("s3cret", lambda body: {"echo": body["op"]}).start()
+    try:
+        assert control.request(server.host, server.port, "s3cret", {"op": "ping"}) == {
+            "ok": True,
+            "echo": "ping",
+        }
+        reply = control.request(server.host, server.port, "wrong", {"op": "ping"})
+        assert reply == {"ok": False, "error": "bad signature"} and server.rejected == 1
+    finally:
+        server.stop()
+
+
+def test_help_lists_every_flag():
+    shell = InteractiveShell.instance()
+    shell.extension_manager.load_extension("jupyter_distrain")
+    doc = shell.find_cell_magic("distributed").__doc__
+    for flag in (
+        "--workers",
+        "--backend",
+        "--launcher",
+        "--controller",
+        "--cpu",
+        "--memory",
+        "--env",
+        "--name",
+        "--timeout",
+        "--grace",
+        "--push",
+        "--out",
+        "--background",
+    ):
+        assert flag in doc
+
+
+def test_job_directory_is_created_private(jobs_root):
+    job = JobDir.create(JobSpec(code="x = 1\n", name="unit"))
+    assert job.path.parent == jobs_root and job.id.startswith("unit-")
+    assert job.path.stat().st_mode & 0o777 == 0o700
+    assert job.train_file.read_text() == "x = 1\n"
+    assert job.read_state()["state"] == "pending"
+    assert {p.name for p in job.path.iterdir()} >= {
+        "spec.json",
+        "train.py",
+        "state.json",
+        "logs",
+        "checkpoints",
+    }
