@@ -34,8 +34,7 @@ from .store import FINAL_STATES, JobDir
 
 log = logging.getLogger("jupyter_distrain.supervisor")
 
-POLL_SECONDS = 0.1
-PERIODIC_CHECK_SECONDS = 0.5  # memory limits, orphan reaping
+PERIODIC_CHECK_SECONDS = 0.5  # startup deadline, memory limits, orphan reaping
 TAIL_LINES = 20
 _PR_SET_CHILD_SUBREAPER = 36
 
@@ -185,7 +184,7 @@ class Supervisor:
         deadline = time.monotonic() + self.spec.timeout
         while self.state not in FINAL_STATES:
             try:
-                kind, body = self.events.get(timeout=POLL_SECONDS)
+                kind, body = self.events.get(timeout=PERIODIC_CHECK_SECONDS)
             except queue.Empty:
                 kind, body = "tick", {}
             if kind == "exit":

@@ -1,0 +1,150 @@
+"""Launch overhead: plain ``horovodrun --gloo -np 2`` against ``%%distributed --workers 2``.
+
+The same Keras script runs under both, alternated ``--rounds`` times. Rank 0
+prints the wall-clock time of its first finished training step and its
+steps/sec after a warm-up; the benchmark reports the medians and the ratios
+(distrain / horovodrun): time-to-first-step (lower is better, target <= 0.80)
+and steps/sec (higher is better, target >= 0.99).
+
+    .venv/bin/python benchmarks/launch_overhead.py [--rounds 3] [--steps 300]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+SCRIPT = """\
+import time
+import numpy as np
+import tensorflow as tf
+import horovod.tensorflow.keras as hvd
+
+hvd.init()
+STEPS, WARMUP, BATCH = {steps}, 20, 64
+x = np.random.default_rng(hvd.rank()).random((BATCH * 8, 32, 32, 3), dtype=np.float32)
+y = np.random.default_rng(1).integers(0, 10, BATCH * 8)
+data = tf.data.Dataset.from_tensor_slices((x, y)).batch(BATCH).repeat()
+model = tf.keras.Sequential([
+    tf.keras.Input((32, 32, 3)),
+    tf.keras.layers.Conv2D(16, 3, activation="relu"),
+    tf.keras.layers.MaxPooling2D(),
+    tf.keras.layers.Flatten(),
+    tf.keras.layers.Dense(64, activation="relu"),
+    tf.keras.layers.Dense(10),
+])
+model.compile(optimizer=hvd.DistributedOptimizer(tf.keras.optimizers.SGD(0.01)),
+              loss=tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+
+
+class Clock(tf.keras.callbacks.Callback):
+    def on_train_batch_end(self, batch, logs=None):
+        if batch == 0:
+            self.first = time.time()
+        if batch == WARMUP:
+            self.warm = time.perf_counter()
+
+    def on_train_end(self, logs=None):
+        rate = (STEPS - 1 - WARMUP) / (time.perf_counter() - self.warm)
+        if hvd.rank() == 0:
+            print(f"BENCH first_step={{self.first:.6f}} steps_per_sec={{rate:.3f}}", flush=True)
+
+
+model.fit(data, steps_per_epoch=STEPS, epochs=1, verbose=0,
+          callbacks=[hvd.callbacks.BroadcastGlobalVariablesCallback(0), Clock()])
+"""
+
+BENCH_RE = re.compile(r"BENCH first_step=([\d.]+) steps_per_sec=([\d.]+)")
+
+
+def parse(text: str) -> tuple[float, float]:
+    match = BENCH_RE.search(text)
+    if match is None:
+        raise RuntimeError(f"no BENCH line in output:\n{text[-3000:]}")
+    return float(match.group(1)), float(match.group(2))
+
+
+def run_horovodrun(script: Path) -> tuple[float, float]:
+    horovodrun = Path(sys.executable).with_name("horovodrun")
+    started = time.time()
+    proc = subprocess.run(
+        [str(horovodrun), "--gloo", "-np", "2", "-H", "localhost:2", sys.executable, str(script)],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    first, rate = parse(proc.stdout)
+    return first - started, rate
+
+
+def run_distributed(shell, code: str) -> tuple[float, float]:
+    from jupyter_distrain.job import Job
+
+    started = time.time()
+    with open(os.devnull, "w") as devnull:
+        stdout, sys.stdout = sys.stdout, devnull
+        try:
+            job = shell.run_cell_magic("distributed", "--workers 2 --background", code)
+            job.wait(stream=False)
+        finally:
+            sys.stdout = stdout
+    assert isinstance(job, Job)
+    first, rate = parse(job.dir.log_file("worker", 0).read_text())
+    return first - started, rate
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--steps", type=int, default=300)
+    args = parser.parse_args()
+
+    from IPython.core.interactiveshell import InteractiveShell
+
+    with tempfile.TemporaryDirectory() as tmp:
+        os.environ.setdefault("JUPYTER_DISTRAIN_ROOT", str(Path(tmp) / "jobs"))
+        code = SCRIPT.format(steps=args.steps)
+        script = Path(tmp) / "bench_keras.py"
+        script.write_text(code)
+        shell = InteractiveShell.instance()
+        shell.extension_manager.load_extension("jupyter_distrain")
+        results: dict[str, list[tuple[float, float]]] = {"horovodrun": [], "distributed": []}
+        for i in range(args.rounds):
+            for name in (
+                ("horovodrun", "distributed") if i % 2 == 0 else ("distributed", "horovodrun")
+            ):
+                res = (
+                    run_horovodrun(script) if name == "horovodrun" else run_distributed(shell, code)
+                )
+                results[name].append(res)
+                print(
+                    f"round {i + 1} {name:<12} first step {res[0]:6.2f} s  {res[1]:7.1f} steps/s",
+                    flush=True,
+                )
+
+    med = {
+        name: (statistics.median(r[0] for r in rs), statistics.median(r[1] for r in rs))
+        for name, rs in results.items()
+    }
+    print()
+    print(f"{'launcher':<14}{'time to first step (s)':>24}{'steps/sec':>12}")
+    for name, (first, rate) in med.items():
+        print(f"{name:<14}{first:>24.2f}{rate:>12.1f}")
+    ttfs_ratio = med["distributed"][0] / med["horovodrun"][0]
+    rate_ratio = med["distributed"][1] / med["horovodrun"][1]
+    print(
+        f"ratio distributed/horovodrun: time to first step {ttfs_ratio:.2f} (target <= 0.80), "
+        f"steps/sec {rate_ratio:.3f} (target >= 0.99)"
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
