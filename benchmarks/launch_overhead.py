@@ -103,7 +103,7 @@ def run_distributed(shell, code: str) -> tuple[float, float]:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--steps", type=int, default=300)
+    parser.add_argument("--steps", type=int, default=600)
     args = parser.parse_args()
 
     from IPython.core.interactiveshell import InteractiveShell
