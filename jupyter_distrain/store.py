@@ -20,6 +20,7 @@ import json
 import os
 import secrets
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +28,39 @@ from .spec import JobSpec
 
 JOB_STATES = ("pending", "launching", "running", "succeeded", "failed", "stopped")
 FINAL_STATES = frozenset({"succeeded", "failed", "stopped"})
+LIVE_PROCESS_STATES = frozenset({"pending", "starting", "running"})
+
+
+@dataclass
+class ProcessRecord:
+    """What state.json says about one process."""
+
+    role: str
+    index: int
+    host: str
+    ranks: list[int] = field(default_factory=list)
+    pid: int | None = None
+    address: str = ""  # where other processes reach it (the host's IP address)
+    state: str = "pending"  # pending -> starting -> running -> exited | killed
+    exit_code: int | None = None
+    started: float | None = None
+    ended: float | None = None
+    log: str = ""
+    hosts_ranks: bool = False  # a process (mpirun) that starts the ranks that have their own rows
+
+    @property
+    def label(self) -> str:
+        return f"{self.role}-{self.index}"
+
+    @property
+    def live(self) -> bool:
+        return self.state in LIVE_PROCESS_STATES
+
+    def describe(self) -> str:
+        """How messages name the process: "rank 1" for workers, "ps 0", "chief"."""
+        if self.role == "worker":
+            return f"rank {self.index}"
+        return self.role if self.role == "chief" else f"{self.role} {self.index}"
 
 
 def jobs_root() -> Path:

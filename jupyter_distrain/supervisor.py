@@ -21,7 +21,7 @@ import socket
 import sys
 import threading
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict
 from typing import Any
 
 import psutil
@@ -30,33 +30,13 @@ from . import control
 from .backends.base import Backend
 from .launchers.base import LaunchedProcess, Launcher, ProcessSpec, tree_rss
 from .plugins import BACKENDS, LAUNCHERS, load_plugin
-from .store import FINAL_STATES, JobDir
+from .store import FINAL_STATES, JobDir, ProcessRecord
 
 log = logging.getLogger("jupyter_distrain.supervisor")
 
 PERIODIC_CHECK_SECONDS = 0.5  # startup deadline, memory limits, orphan reaping
 TAIL_LINES = 20
 _PR_SET_CHILD_SUBREAPER = 36
-
-
-@dataclass
-class ProcessRecord:
-    """What state.json says about one process."""
-
-    role: str
-    index: int
-    host: str
-    ranks: list[int] = field(default_factory=list)
-    pid: int | None = None
-    state: str = "pending"  # pending -> starting -> running -> exited | killed
-    exit_code: int | None = None
-    started: float | None = None
-    ended: float | None = None
-    log: str = ""
-
-    @property
-    def label(self) -> str:
-        return f"{self.role}-{self.index}"
 
 
 class Supervisor:
@@ -136,25 +116,26 @@ class Supervisor:
         self.set_state("launching")
         self.launcher = load_plugin(LAUNCHERS, self.spec.launcher)(self.spec, self.job)
         self.backend = load_plugin(BACKENDS, self.spec.backend)(self.spec, self.job)
-        slots = self.launcher.place(self.spec.workers)
-        self.backend.start_services(slots, self.launcher.driver_address())
+        slots = self.launcher.place(self.backend.slots_needed())
+        self.backend.start_services(slots, self.launcher)
         worker_env = {
             "JUPYTER_DISTRAIN_JOB_DIR": str(self.job.path),
             "JUPYTER_DISTRAIN_CONTROL": f"{server.host}:{server.port}",
             "JUPYTER_DISTRAIN_SECRET": self.secret,
+            "JUPYTER_DISTRAIN_BACKEND": self.spec.backend,
             "JUPYTER_DISTRAIN_OUT": self.spec.out or "",
             "PYTHONUNBUFFERED": "1",
         }
         python = self.spec.python or sys.executable
         procs = self.backend.plan(slots, [python, "-m", "jupyter_distrain.worker"], worker_env)
         for proc in procs:
+            host = proc.slot.host if proc.slot else "localhost"
             self.records[proc.label] = ProcessRecord(
-                proc.role, proc.index, proc.slot.host if proc.slot else "localhost", proc.ranks
+                proc.role, proc.index, host, proc.ranks, hosts_ranks=proc.hosts_ranks
             )
-            for rank in proc.ranks if proc.role != "worker" else []:
-                # ranks hosted by another process (mpirun) get their own rows
+            for rank in proc.ranks if proc.hosts_ranks else []:
                 self.records[f"worker-{rank}"] = ProcessRecord(
-                    "worker", rank, "localhost", [rank], log=f"logs/worker-{rank}.log"
+                    "worker", rank, host, [rank], log=f"logs/worker-{rank}.log"
                 )
         self.save()
         for proc in procs:
@@ -167,6 +148,8 @@ class Supervisor:
         record.log = str(log_path.relative_to(self.job.path))
         proc.env["JUPYTER_DISTRAIN_ROLE"] = proc.role
         proc.env["JUPYTER_DISTRAIN_INDEX"] = str(proc.index)
+        if proc.slot is not None:
+            proc.env["JUPYTER_DISTRAIN_ADDRESS"] = proc.slot.address
         assert self.launcher is not None
         launched = self.launcher.start(proc, log_path)
         self.launched[proc.label] = launched
@@ -195,12 +178,11 @@ class Supervisor:
                 self.on_bye(body)
             elif kind == "stop":
                 self.stop(reason=body.get("reason", "requested"))
-                return
             if self.state in FINAL_STATES:
                 return
             now = time.monotonic()
             if self.state == "launching" and now > deadline:
-                missing = [r.label for r in self.workers() if r.state in ("pending", "starting")]
+                missing = [r.label for r in self.members() if r.state in ("pending", "starting")]
                 self.fail(
                     f"startup timeout: {', '.join(missing)} did not come up "
                     f"within {self.spec.timeout:g} s"
@@ -211,19 +193,20 @@ class Supervisor:
                 if self.spec.memory is not None:
                     self.check_memory()
 
-    def workers(self) -> list[ProcessRecord]:
-        return [r for r in self.records.values() if r.role == "worker"]
+    def members(self) -> list[ProcessRecord]:
+        """The job's processes that run the bootstrap (every row but mpirun's)."""
+        return [r for r in self.records.values() if not r.hosts_ranks]
 
     def on_hello(self, body: dict[str, Any]) -> None:
-        record = self.records.get(f"worker-{body.get('rank')}")
+        record = self.records.get(f"{body.get('role')}-{body.get('index')}")
         if record is None:
             return
         record.pid = record.pid or body.get("pid")
         record.host = body.get("host", record.host)
+        record.address = body.get("address", record.address)
         record.state = "running"
-        record.started = record.started or time.time()
-        self.job.append_event("worker_up", process=record.label, pid=record.pid)
-        if self.state == "launching" and all(r.state == "running" for r in self.workers()):
+        self.job.append_event("process_up", process=record.label, pid=record.pid)
+        if self.state == "launching" and all(r.state == "running" for r in self.members()):
             self.running_at = time.time()
             self.set_state(
                 "running", seconds_to_running=round(self.running_at - self.started_at, 3)
@@ -233,47 +216,47 @@ class Supervisor:
 
     def on_bye(self, body: dict[str, Any]) -> None:
         """A rank hosted by mpirun reports its exit code before it exits."""
-        record = self.records.get(f"worker-{body.get('rank')}")
+        record = self.records.get(f"{body.get('role')}-{body.get('index')}")
         if record is None or record.label in self.launched:
             return  # processes we launched ourselves report through wait()
         self.on_process_end(record, int(body.get("code", 1)))
 
     def on_exit(self, label: str, code: int) -> None:
         record = self.records[label]
-        if record.role == "mpirun":
-            for rank_record in self.workers():
-                self.record_exit(rank_record, code)  # ranks that did not say bye
+        for rank in record.ranks if record.hosts_ranks else []:
+            self.record_exit(self.records[f"worker-{rank}"], code)  # ranks that said no bye
         self.on_process_end(record, code)
 
     def on_process_end(self, record: ProcessRecord, code: int) -> None:
         self.record_exit(record, code)
-        if self.stop_requested:
+        if self.stop_requested or self.state in FINAL_STATES:
             return
-        if code != 0:
-            self.fail_process(self.first_failure() or record)
-        elif all(r.state == "exited" and r.exit_code == 0 for r in self.records.values()):
+        assert self.backend is not None
+        outcome = self.backend.outcome(list(self.records.values()), record)
+        if outcome is None:
+            if code:
+                self.job.append_event("process_lost", process=record.label, code=code)
+            return
+        if outcome.state == "failed":
+            culprit = outcome.culprit
+            tail = self.log_tail(culprit) if culprit else ""
+            self.fail(
+                outcome.error or "failed", tail=tail, process=culprit.label if culprit else None
+            )
+        else:
+            if any(r.live for r in self.members()):
+                self.job.append_event("finishing", reason=f"{record.label} ended the job")
+            self.terminate_all(self.spec.grace)
             self.set_state("succeeded")
 
     def record_exit(self, record: ProcessRecord, code: int) -> None:
-        if record.state in ("exited", "killed"):
+        if not record.live:
             return
         record.exit_code = code
         record.state = "killed" if code < 0 else "exited"
         record.ended = time.time()
         self.job.append_event("exit", process=record.label, code=code)
         self.save()
-
-    def first_failure(self) -> ProcessRecord | None:
-        failed = [r for r in self.workers() if r.exit_code not in (None, 0) and r.ended is not None]
-        return min(failed, key=lambda r: r.ended or 0) if failed else None
-
-    def fail_process(self, record: ProcessRecord) -> None:
-        what = f"rank {record.index}" if record.role == "worker" else record.label
-        self.fail(
-            f"{what} failed first (exit code {record.exit_code})",
-            tail=self.log_tail(record),
-            process=record.label,
-        )
 
     def log_tail(self, record: ProcessRecord, lines: int = TAIL_LINES) -> str:
         path = self.job.log_file(record.role, record.index)
@@ -286,27 +269,23 @@ class Supervisor:
         return "\n".join(text.splitlines()[-lines:])
 
     def check_memory(self) -> None:
+        """Stop the job when a process's resident set (children included) exceeds --memory."""
         assert self.spec.memory is not None
         limit = self.spec.memory * 2**30
-        for label, launched in self.launched.items():
-            record = self.records[label]
-            used = launched.memory_bytes()
-            if record.role == "worker" and used > limit:
-                launched.signal(signal.SIGKILL)
+        for record in self.members():
+            if not record.live or not record.pid:
+                continue
+            used = tree_rss(record.pid)
+            if used > limit:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(record.pid, signal.SIGKILL)
                 self.record_exit(record, -signal.SIGKILL)
+                name = f"worker {record.index}" if record.role == "worker" else record.describe()
                 self.fail(
-                    f"worker {record.index} exceeded {self.spec.memory:.1f} GiB "
-                    f"(resident {used / 2**30:.2f} GiB)",
-                    process=label,
+                    f"{name} exceeded {self.spec.memory:.1f} GiB (resident {used / 2**30:.2f} GiB)",
+                    process=record.label,
                 )
                 return
-        # mpirun ranks are checked one by one through the pids they reported
-        for record in self.workers():
-            if record.label not in self.launched and record.pid and record.state == "running":
-                used = tree_rss(record.pid)
-                if used > limit:
-                    self.fail(f"worker {record.index} exceeded {self.spec.memory:.1f} GiB")
-                    return
 
     def fail(self, error: str, tail: str = "", **event: Any) -> None:
         if self.state in FINAL_STATES:
@@ -318,7 +297,6 @@ class Supervisor:
         self.set_state("failed", error=error, **event)
 
     def stop(self, reason: str) -> None:
-        self.stop_requested = True
         self.job.append_event("stop_requested", reason=reason)
         self.terminate_all(self.spec.grace)
         self.set_state("stopped", reason=reason)
@@ -354,7 +332,7 @@ class Supervisor:
             if code is not None:
                 self.record_exit(self.records[label], code)
         for record in self.records.values():
-            if record.state in ("pending", "starting", "running"):
+            if record.live:
                 self.record_exit(record, -signal.SIGKILL)
 
     def shutdown(self) -> None:

@@ -9,12 +9,41 @@ supervisor (Horovod's rendezvous server, for instance).
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, ClassVar
 
 if TYPE_CHECKING:
-    from ..launchers.base import ProcessSpec, Slot
+    from ..launchers.base import Launcher, ProcessSpec, Slot
     from ..spec import JobSpec
-    from ..store import JobDir
+    from ..store import JobDir, ProcessRecord
+
+
+@dataclass
+class Outcome:
+    """How a job ends. On success the processes still alive are stopped after the grace."""
+
+    state: str  # "succeeded" or "failed"
+    error: str | None = None
+    culprit: ProcessRecord | None = None
+
+
+def first_failure(records: Sequence[ProcessRecord]) -> ProcessRecord | None:
+    """The earliest process to exit with a non-zero code."""
+    failed = [r for r in records if r.exit_code not in (None, 0) and not r.hosts_ranks]
+    return min(failed, key=lambda r: r.ended or 0) if failed else None
+
+
+def all_must_succeed(records: Sequence[ProcessRecord], ended: ProcessRecord) -> Outcome | None:
+    """The rule for SPMD jobs: any non-zero exit fails the job; all exiting 0 succeeds it."""
+    if ended.exit_code:
+        culprit = first_failure(records) or ended
+        return Outcome(
+            "failed", f"{culprit.describe()} failed first (exit code {culprit.exit_code})", culprit
+        )
+    if all(r.state == "exited" and r.exit_code == 0 for r in records):
+        return Outcome("succeeded")
+    return None
 
 
 class Backend(ABC):
@@ -29,7 +58,11 @@ class Backend(ABC):
         """Whether this backend can run here, and why (or why not)."""
         return True, f"{cls.name} is available"
 
-    def start_services(self, slots: list[Slot], driver_address: str) -> None:  # noqa: B027
+    def slots_needed(self) -> int:
+        """How many slots the launcher must place."""
+        return self.spec.workers
+
+    def start_services(self, slots: list[Slot], launcher: Launcher) -> None:  # noqa: B027
         """Start driver-side services before any process is launched."""
 
     def stop_services(self) -> None:  # noqa: B027
@@ -41,3 +74,7 @@ class Backend(ABC):
     ) -> list[ProcessSpec]:
         """The processes to launch. ``worker_argv`` with ``worker_env`` runs the worker
         bootstrap; every process of the plan must carry ``worker_env``."""
+
+    def outcome(self, records: Sequence[ProcessRecord], ended: ProcessRecord) -> Outcome | None:
+        """Called after each process ends: the job's outcome, or None while it goes on."""
+        return all_must_succeed(records, ended)

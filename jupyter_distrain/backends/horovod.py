@@ -12,7 +12,7 @@ import os
 import shutil
 from collections import Counter
 
-from ..launchers.base import ProcessSpec, Slot
+from ..launchers.base import Launcher, ProcessSpec, Slot
 from .base import Backend
 
 
@@ -32,7 +32,7 @@ class HorovodBackend(Backend):
         return True, "horovod is installed"
 
     # --- Gloo ------------------------------------------------------------
-    def start_services(self, slots: list[Slot], driver_address: str) -> None:
+    def start_services(self, slots: list[Slot], launcher: Launcher) -> None:
         self._rendezvous = None
         if self.spec.controller != "gloo":
             return
@@ -43,7 +43,7 @@ class HorovodBackend(Backend):
         self._rendezvous = RendezvousServer(verbose=0)
         self._port = self._rendezvous.start()
         self._rendezvous.init(self._plan)
-        self._address = driver_address
+        self._address = launcher.driver_address()
 
     def stop_services(self) -> None:
         if self._rendezvous is not None:
@@ -110,4 +110,5 @@ class HorovodBackend(Backend):
         inherited = {"PATH", "PYTHONPATH", "LD_LIBRARY_PATH"} & set(os.environ)
         for key in sorted({*env, *self.spec.env, *inherited}):
             argv += ["-x", key]
-        return ProcessSpec("mpirun", 0, argv + worker_argv, env, None, list(range(len(slots))))
+        ranks = list(range(len(slots)))
+        return ProcessSpec("mpirun", 0, argv + worker_argv, env, None, ranks, hosts_ranks=True)

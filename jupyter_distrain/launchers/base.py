@@ -40,7 +40,8 @@ class ProcessSpec:
     argv: list[str]
     env: dict[str, str]
     slot: Slot | None = None
-    ranks: list[int] = field(default_factory=list)  # the ranks this process hosts
+    ranks: list[int] = field(default_factory=list)  # the ranks this process runs
+    hosts_ranks: bool = False  # True for mpirun: its ranks get rows of their own
 
     @property
     def label(self) -> str:

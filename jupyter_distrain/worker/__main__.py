@@ -91,14 +91,25 @@ def main() -> int:
     job_dir = Path(os.environ["JUPYTER_DISTRAIN_JOB_DIR"])
     rank = _rank()
     os.environ["JUPYTER_DISTRAIN_RANK"] = str(rank)
-    if os.environ.get("JUPYTER_DISTRAIN_LOG_PER_RANK"):
+    if os.environ.get("JUPYTER_DISTRAIN_LOG_PER_RANK"):  # one of mpirun's ranks
+        os.environ["JUPYTER_DISTRAIN_ROLE"] = "worker"
         os.environ["JUPYTER_DISTRAIN_INDEX"] = str(rank)
         _redirect_output(job_dir / "logs" / f"worker-{rank}.log")
-    _tell_supervisor("hello", rank=rank, pid=os.getpid(), host=socket.gethostname())
+    me = {
+        "role": os.environ.get("JUPYTER_DISTRAIN_ROLE", "worker"),
+        "index": int(os.environ.get("JUPYTER_DISTRAIN_INDEX", rank)),
+    }
+    _tell_supervisor(
+        "hello",
+        **me,
+        pid=os.getpid(),
+        host=socket.gethostname(),
+        address=os.environ.get("JUPYTER_DISTRAIN_ADDRESS", ""),
+    )
     code = run_train(job_dir, rank)
     sys.stdout.flush()
     sys.stderr.flush()
-    _tell_supervisor("bye", rank=rank, code=code)
+    _tell_supervisor("bye", **me, code=code)
     return code
 
 
