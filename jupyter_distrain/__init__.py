@@ -7,9 +7,24 @@ from typing import Any
 from .api import run, submit
 from .job import Job, JobFailed
 from .spec import JobSpec, SpecError
+from .strategy import strategy
+from .workers import await_workers, launch_workers, run_cluster, stop_workers
 
 __version__ = "0.1.0"
-__all__ = ["Job", "JobFailed", "JobSpec", "SpecError", "run", "submit", "load_ipython_extension"]
+__all__ = [
+    "Job",
+    "JobFailed",
+    "JobSpec",
+    "SpecError",
+    "await_workers",
+    "launch_workers",
+    "load_ipython_extension",
+    "run",
+    "run_cluster",
+    "stop_workers",
+    "strategy",
+    "submit",
+]
 
 
 def load_ipython_extension(ipython: Any) -> None:

@@ -17,11 +17,12 @@ from .plugins import BACKENDS, LAUNCHERS, load_plugin
 from .spec import JobSpec, SpecError
 from .store import JobDir
 
-BACKEND_PREFERENCE = ("horovod",)
+# --backend auto without --ps: the first of these that can run here
+BACKEND_PREFERENCE = ("horovod", "tf")
 
 
 def resolve_backend(spec: JobSpec) -> tuple[str, str]:
-    """The backend ``auto`` stands for, and why; any other name is checked as given."""
+    """The backend ``auto`` stands for and why; any other name is checked as given."""
     if spec.backend != "auto":
         try:
             cls = load_plugin(BACKENDS, spec.backend)
@@ -30,12 +31,14 @@ def resolve_backend(spec: JobSpec) -> tuple[str, str]:
         ok, why = cls.available()
         if not ok:
             raise SpecError(f"--backend {spec.backend}: {why}")
-        return spec.backend, "asked for"
+        return spec.backend, "as asked"
+    if spec.ps:
+        return "ps", "--ps given"
     reasons = []
     for name in BACKEND_PREFERENCE:
         ok, why = load_plugin(BACKENDS, name).available()
         if ok:
-            return name, why
+            return name, "; ".join([*reasons, why])
         reasons.append(why)
     raise SpecError(f"--backend auto: no backend can run here ({'; '.join(reasons)})")
 
@@ -56,21 +59,26 @@ def pickle_pushed(names: list[str], namespace: Mapping[str, Any]) -> bytes | Non
 
 
 def submit(spec: JobSpec, namespace: Mapping[str, Any] | None = None) -> Job:
-    """Start a job and return its handle at once. Nothing is launched on bad input."""
+    """Start a job and return its handle at once. Nothing is launched on bad input.
+
+    ``spec.backend`` is resolved in place; ``job.backend_reason`` says why it was chosen.
+    """
     spec.validate()
     check_syntax(spec.code)
     try:
         load_plugin(LAUNCHERS, spec.launcher)
     except ValueError as exc:
         raise SpecError(f"--launcher: {exc}") from None
-    spec.backend, _ = resolve_backend(spec)
+    spec.backend, reason = resolve_backend(spec)
     pushed = pickle_pushed(spec.push, namespace or {})
     job = JobDir.create(spec)
     if pushed is not None:
         job.push_file.write_bytes(pushed)
         job.push_file.chmod(0o600)
     start_supervisor(job)
-    return Job(job)
+    handle = Job(job)
+    handle.backend_reason = reason
+    return handle
 
 
 def start_supervisor(job: JobDir) -> None:

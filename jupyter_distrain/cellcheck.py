@@ -52,3 +52,17 @@ def undefined_names(code: str) -> list[str]:
     if any(isinstance(n, ast.ImportFrom) and n.names[0].name == "*" for n in ast.walk(tree)):
         return []  # a star import may define anything
     return sorted(loaded - bound - set(dir(builtins)) - _PROVIDED)
+
+
+def defines_seed_run(code: str) -> bool:
+    """Whether the cell defines ``run(cluster, server, task_index)`` at top level."""
+    try:
+        tree = ast.parse(code)
+    except SyntaxError:
+        return False
+    return any(
+        isinstance(node, ast.FunctionDef)
+        and node.name == "run"
+        and len(node.args.posonlyargs) + len(node.args.args) == 3
+        for node in tree.body
+    )

@@ -7,6 +7,7 @@ the job.
 
 from __future__ import annotations
 
+import contextlib
 import pickle
 import sys
 import time
@@ -16,7 +17,7 @@ from typing import Any, TextIO
 import psutil
 
 from . import control
-from .store import FINAL_STATES, JobDir, find_job_dir, list_job_dirs
+from .store import FINAL_STATES, LIVE_PROCESS_STATES, JobDir, find_job_dir, list_job_dirs
 
 STREAM_POLL_SECONDS = 0.1
 
@@ -82,6 +83,8 @@ class LogTail:
 class Job:
     """A handle on one job: status, logs, stop, wait, result."""
 
+    backend_reason: str = ""  # why submit() chose this backend
+
     def __init__(self, job_dir: JobDir | str | Path):
         self.dir = job_dir if isinstance(job_dir, JobDir) else JobDir(job_dir)
 
@@ -146,14 +149,29 @@ class Job:
     def stop(self, wait: bool = True) -> str:
         """Stop every process of the job (SIGTERM, then SIGKILL after the grace period)."""
         if not self.done:
-            try:
+            with contextlib.suppress(OSError, RuntimeError):  # gone or not up: status() tells
                 self._request("stop", reason="user")
-            except (OSError, RuntimeError):
-                pass  # supervisor gone or not up: status() tells
         if wait:
             grace = self.dir.read_spec().grace
             self._wait_final(timeout=grace + 10)
         return self.state
+
+    def stop_processes(self, labels: list[str], wait: bool = True) -> None:
+        """Stop some of the job's processes (``"worker-1"``, ...); all of them stops the job."""
+        if not self.done:
+            with contextlib.suppress(OSError, RuntimeError):
+                self._request("stop_processes", processes=labels)
+        if wait:
+            deadline = time.monotonic() + self.dir.read_spec().grace + 10
+            while time.monotonic() < deadline and not self.done:
+                live = {
+                    f"{p['role']}-{p['index']}"
+                    for p in self.status()["processes"]
+                    if p["state"] in LIVE_PROCESS_STATES
+                }
+                if not live & set(labels):
+                    break
+                time.sleep(STREAM_POLL_SECONDS)
 
     def _wait_final(self, timeout: float | None) -> None:
         deadline = None if timeout is None else time.monotonic() + timeout

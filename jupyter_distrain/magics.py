@@ -34,6 +34,15 @@ def _job_line(job: Job) -> str:
     )
 
 
+def _shape(spec: JobSpec) -> str:
+    shape = f"{spec.workers} worker{'s' if spec.workers != 1 else ''}"
+    return shape + (f", {spec.ps} ps" if spec.ps else "")
+
+
+def _backend_text(spec: JobSpec) -> str:
+    return f"horovod/{spec.controller}" if spec.backend == "horovod" else spec.backend
+
+
 def _line_parser() -> MagicArgumentParser:
     parser = MagicArgumentParser(prog="%distributed", add_help=False)
     sub = parser.add_subparsers(dest="command", parser_class=MagicArgumentParser)
@@ -56,6 +65,7 @@ class DistributedMagics(Magics):
 
     @magic_arguments()
     @argument("-n", "--workers", type=int, default=1, help="number of workers (default 1)")
+    @argument("--ps", type=int, default=0, help="parameter servers (implies --backend ps)")
     @argument(
         "--backend", default="auto", help=f"auto or one of: {', '.join(plugin_names(BACKENDS))}"
     )
@@ -101,6 +111,7 @@ class DistributedMagics(Magics):
             spec = JobSpec(
                 code=cell,
                 workers=args.workers,
+                ps=args.ps,
                 backend=args.backend,
                 launcher=args.launcher,
                 controller=args.controller,
@@ -119,9 +130,8 @@ class DistributedMagics(Magics):
         except SpecError as exc:
             raise UsageError(str(exc)) from None
         print(
-            f"Job {job.id}: {spec.workers} worker(s), backend {spec.backend}"
-            f"{' (' + spec.controller + ')' if spec.backend == 'horovod' else ''}, "
-            f"launcher {spec.launcher}",
+            f"Job {job.id}: {_shape(spec)}; backend {_backend_text(spec)} "
+            f"({job.backend_reason}); launcher {spec.launcher}",
             flush=True,
         )
         if args.background:

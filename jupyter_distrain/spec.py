@@ -26,6 +26,7 @@ class JobSpec:
 
     code: str
     workers: int = 1
+    ps: int = 0  # parameter servers (backend "ps")
     backend: str = "auto"
     launcher: str = "local"
     controller: str = "gloo"
@@ -39,11 +40,20 @@ class JobSpec:
     out: str | None = None
     workdir: str = field(default_factory=os.getcwd)
     python: str = ""  # interpreter for workers; "" means the supervisor's own
+    script: str | None = None  # run this file (resolved on the worker) instead of train.py
 
     def validate(self) -> JobSpec:
         """Check every field; raise :class:`SpecError` naming the first bad one."""
         if not isinstance(self.workers, int) or self.workers < 1:
             raise SpecError(f"--workers must be a whole number >= 1, got {self.workers!r}")
+        if not isinstance(self.ps, int) or self.ps < 0:
+            raise SpecError(f"--ps must be a whole number >= 0, got {self.ps!r}")
+        if self.backend == "ps" and self.ps < 1:
+            raise SpecError("--backend ps needs --ps N with N >= 1 parameter servers")
+        if self.ps and self.backend not in ("auto", "ps"):
+            raise SpecError(
+                f"--ps is for the parameter-server backend, not --backend {self.backend}"
+            )
         if self.controller not in CONTROLLERS:
             raise SpecError(
                 f"--controller must be one of {', '.join(CONTROLLERS)}, got {self.controller!r}"

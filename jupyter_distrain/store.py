@@ -47,6 +47,7 @@ class ProcessRecord:
     ended: float | None = None
     log: str = ""
     hosts_ranks: bool = False  # a process (mpirun) that starts the ranks that have their own rows
+    stopped: bool = False  # ended on request (stop_workers), not by failing
 
     @property
     def label(self) -> str:

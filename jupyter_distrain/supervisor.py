@@ -72,6 +72,7 @@ class Supervisor:
                 "error": self.error,
                 "error_tail": self.error_tail,
                 "processes": [asdict(r) for r in self.records.values()],
+                **(self.backend.info() if self.backend and self.records else {}),
             }
 
     def save(self) -> None:
@@ -89,7 +90,7 @@ class Supervisor:
         op = body.get("op")
         if op == "status":
             return self.snapshot()
-        if op in ("stop", "hello", "bye"):
+        if op in ("stop", "stop_processes", "hello", "bye"):
             self.events.put((op, body))
             return {}
         raise ValueError(f"unknown op {op!r}")
@@ -178,6 +179,8 @@ class Supervisor:
                 self.on_bye(body)
             elif kind == "stop":
                 self.stop(reason=body.get("reason", "requested"))
+            elif kind == "stop_processes":
+                self.stop_processes(list(body.get("processes", [])))
             if self.state in FINAL_STATES:
                 return
             now = time.monotonic()
@@ -301,23 +304,39 @@ class Supervisor:
         self.terminate_all(self.spec.grace)
         self.set_state("stopped", reason=reason)
 
-    def alive(self) -> list[str]:
-        return [label for label, p in self.launched.items() if p.poll() is None]
+    def stop_processes(self, labels: list[str]) -> None:
+        """Stop some processes; the job's outcome then follows the backend's rules."""
+        live = {r.label for r in self.members() if r.live}
+        if live <= set(labels):  # nothing would be left running: stop the job as a whole
+            self.stop(reason="user")
+            return
+        for label in labels:
+            if label in self.records:
+                self.records[label].stopped = True
+        self.job.append_event("stop_processes", processes=labels)
+        self.terminate([label for label in labels if label in self.launched], self.spec.grace)
 
-    def terminate_all(self, grace: float) -> None:
-        """SIGTERM every process of the job, SIGKILL what is left after ``grace`` s."""
-        self.stop_requested = True
-        for label in self.alive():
+    def alive(self, labels: list[str]) -> list[str]:
+        return [label for label in labels if self.launched[label].poll() is None]
+
+    def terminate(self, labels: list[str], grace: float) -> None:
+        """SIGTERM these processes' trees, SIGKILL what is left after ``grace`` s."""
+        for label in self.alive(labels):
             self.launched[label].signal(signal.SIGTERM)
         deadline = time.monotonic() + grace
-        while self.alive() and time.monotonic() < deadline:
+        while self.alive(labels) and time.monotonic() < deadline:
             time.sleep(0.05)
-        for label in self.alive():
+        for label in self.alive(labels):
             log.warning("%s ignored SIGTERM for %.1f s: SIGKILL", label, grace)
             self.launched[label].signal(signal.SIGKILL)
-        for launched in self.launched.values():
-            launched.signal(signal.SIGKILL)  # stragglers that left the process group
-            launched.wait()
+        for label in labels:
+            self.launched[label].signal(signal.SIGKILL)  # stragglers that left the group
+            self.launched[label].wait()
+
+    def terminate_all(self, grace: float) -> None:
+        """Stop every process of the job, and anything else still below the supervisor."""
+        self.stop_requested = True
+        self.terminate(list(self.launched), grace)
         kill_descendants()  # anything that escaped its process group, orphans included
         self.reap()
         self.drain_exits()

@@ -140,7 +140,7 @@ def only_job(root: Path) -> JobDir:
 
 
 def job_pids(job: JobDir) -> list[int]:
-    """The supervisor's pid and every pid the job recorded, with their descendants."""
+    """The supervisor's pid and every pid the job recorded."""
     state = job.read_state()
     pids = [p["pid"] for p in state["processes"] if p.get("pid")]
     control = job.read_control()

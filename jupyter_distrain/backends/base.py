@@ -75,6 +75,10 @@ class Backend(ABC):
         """The processes to launch. ``worker_argv`` with ``worker_env`` runs the worker
         bootstrap; every process of the plan must carry ``worker_env``."""
 
+    def info(self) -> dict[str, object]:
+        """Facts about the job for state.json (e.g. the TF cluster)."""
+        return {}
+
     def outcome(self, records: Sequence[ProcessRecord], ended: ProcessRecord) -> Outcome | None:
         """Called after each process ends: the job's outcome, or None while it goes on."""
         return all_must_succeed(records, ended)

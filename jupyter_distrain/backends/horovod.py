@@ -11,6 +11,7 @@ import importlib.util
 import os
 import shutil
 from collections import Counter
+from pathlib import Path
 
 from ..launchers.base import Launcher, ProcessSpec, Slot
 from .base import Backend
@@ -27,9 +28,14 @@ class HorovodBackend(Backend):
 
     @classmethod
     def available(cls) -> tuple[bool, str]:
-        if importlib.util.find_spec("horovod") is None:
+        spec = importlib.util.find_spec("horovod")
+        if spec is None or not spec.submodule_search_locations:
             return False, "horovod is not installed"
-        return True, "horovod is installed"
+        # horovod.tensorflow imports only when its compiled library was built
+        libs = Path(spec.submodule_search_locations[0], "tensorflow").glob("mpi_lib*.so")
+        if not any(libs):
+            return False, "horovod was built without TensorFlow support"
+        return True, "horovod is installed with TensorFlow support"
 
     # --- Gloo ------------------------------------------------------------
     def start_services(self, slots: list[Slot], launcher: Launcher) -> None:

@@ -8,6 +8,7 @@ cpu/memory limits, its output going to a log file.
 from __future__ import annotations
 
 import os
+import socket
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -86,6 +87,19 @@ class Launcher(ABC):
     def driver_address(self) -> str:
         """The address workers reach the supervisor's services on."""
         return "127.0.0.1"
+
+    def reserve_ports(self, slots: list[Slot]) -> list[int]:
+        """A free TCP port on each slot's host (all distinct), for servers the job runs."""
+        sockets = []
+        try:
+            for slot in slots:
+                sock = socket.socket()
+                sock.bind((slot.address, 0))
+                sockets.append(sock)
+            return [sock.getsockname()[1] for sock in sockets]
+        finally:
+            for sock in sockets:
+                sock.close()
 
     @abstractmethod
     def start(self, proc: ProcessSpec, log_path: Path) -> LaunchedProcess:
