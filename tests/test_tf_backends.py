@@ -168,7 +168,9 @@ print(type(strategy).__name__, strategy.num_replicas_in_sync, "weights", digest,
     out = kernel.execute(cell)
     assert out.error is None, out.error_text + out.stdout[-3000:]
     found = re.findall(
-        r"^\[(\d)\] MultiWorkerMirroredStrategy 2 weights (\w+) loss True$", out.stdout, re.M
+        r"^\[(\d)\] (?:MultiWorkerMirrored|CollectiveAllReduce)Strategy 2 weights (\w+) loss True$",
+        out.stdout,
+        re.M,
     )
     assert len(found) == 2 and found[0][1] == found[1][1], out.stdout[-2000:]
 
@@ -205,7 +207,7 @@ def test_killing_the_ps_fails_the_job_within_5_s_naming_it(kernel, jobs_root):
 
 def test_losing_a_worker_under_parameter_server_strategy_is_survived(kernel, jobs_root):
     cell = (
-        "%%distributed --ps 1 --workers 2 --grace 2 --out summary\nEPOCHS = 8\n" + PS_STRATEGY_FIT
+        "%%distributed --ps 1 --workers 2 --grace 2 --out summary\nEPOCHS = 20\n" + PS_STRATEGY_FIT
     )
     msg_id = kernel.submit(cell)
     job = wait_for(lambda: list_job_dirs(jobs_root), 30, what="the job")[0]
@@ -217,8 +219,10 @@ def test_losing_a_worker_under_parameter_server_strategy_is_survived(kernel, job
         p for p in job.read_state()["processes"] if p["role"] == "worker" and p["index"] == 1
     )
     os.kill(worker["pid"], signal.SIGKILL)
+    assert "epoch 19 done" not in chief_log.read_text()  # killed mid-training
     out = kernel.collect(msg_id, timeout=240)
     assert out.error is None, out.error_text + chief_log.read_text()[-3000:]
+    assert "epoch 19 done" in chief_log.read_text()
     assert job.read_state()["state"] == "succeeded"
     assert any(
         e["event"] == "process_lost" and e["process"] == "worker-1" for e in job.read_events()
