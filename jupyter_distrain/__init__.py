@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from .api import run, submit
+from .instrument import CHECKPOINT_EXIT, checkpoint_dir, report, should_checkpoint, timed_step
 from .job import Job, JobFailed
 from .spec import JobSpec, SpecError
 from .strategy import strategy
@@ -12,6 +13,11 @@ from .workers import await_workers, launch_workers, run_cluster, stop_workers
 
 __version__ = "0.1.0"
 __all__ = [
+    "CHECKPOINT_EXIT",
+    "checkpoint_dir",
+    "report",
+    "should_checkpoint",
+    "timed_step",
     "Job",
     "JobFailed",
     "JobSpec",

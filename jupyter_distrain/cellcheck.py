@@ -66,3 +66,17 @@ def defines_seed_run(code: str) -> bool:
         and len(node.args.posonlyargs) + len(node.args.args) == 3
         for node in tree.body
     )
+
+
+def uses_horovod_elastic(code: str) -> bool:
+    """Whether the cell uses Horovod's elastic API (``hvd.elastic.run`` and friends)."""
+    try:
+        tree = ast.parse(code)
+    except SyntaxError:
+        return False
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute) and node.attr == "elastic":
+            return True
+        if isinstance(node, ast.ImportFrom) and (node.module or "").endswith(".elastic"):
+            return True
+    return False

@@ -11,6 +11,7 @@ import contextlib
 import pickle
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -156,6 +157,16 @@ class Job:
             self._wait_final(timeout=grace + 10)
         return self.state
 
+    def scale(self, workers: int) -> None:
+        """Restart the job with ``workers`` workers, resuming from a checkpoint.
+
+        The workers are asked to checkpoint (Keras ``fit`` does at its next epoch end);
+        the supervisor then relaunches at the new size. Returns once the request is taken.
+        """
+        reply = self._request("scale", workers=workers)
+        if not reply.get("ok"):
+            raise ValueError(reply.get("error", "scale refused"))
+
     def stop_processes(self, labels: list[str], wait: bool = True) -> None:
         """Stop some of the job's processes (``"worker-1"``, ...); all of them stops the job."""
         if not self.done:
@@ -187,11 +198,13 @@ class Job:
         out: TextIO | None = None,
         from_start: bool = True,
         stop_on_interrupt: bool = True,
+        on_tick: Callable[[], None] | None = None,
     ) -> str:
         """Wait for the job to end, printing every process's output with its rank.
 
         Interrupting the wait (Ctrl-C, the kernel's interrupt) stops the job, unless
-        ``stop_on_interrupt`` is false.
+        ``stop_on_interrupt`` is false. ``on_tick`` is called on every poll (a view's
+        refresh, UI event processing).
         Returns the final state; raises :class:`JobFailed` when it failed.
         """
         out = out or sys.stdout
@@ -203,6 +216,8 @@ class Job:
                 if tail is not None:
                     for line in tail.read():
                         print(line, file=out, flush=True)
+                if on_tick is not None:
+                    on_tick()
                 if done:
                     break
                 if deadline is not None and time.monotonic() > deadline:

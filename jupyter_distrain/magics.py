@@ -22,6 +22,7 @@ from .job import Job, JobFailed
 from .plugins import BACKENDS, LAUNCHERS, plugin_names
 from .spec import JobSpec, SpecError, parse_env_pairs, parse_names
 from .store import FINAL_STATES
+from .widget import follow_in_background, make_view, wait_with_view
 
 
 def _job_line(job: Job) -> str:
@@ -53,6 +54,9 @@ def _line_parser() -> MagicArgumentParser:
         ("attach", "reconnect to a job: stream its output until it ends"),
     ):
         sub.add_parser(name, help=text).add_argument("job")
+    scale = sub.add_parser("scale", help="restart a job with N workers, from its checkpoint")
+    scale.add_argument("job")
+    scale.add_argument("workers", type=int)
     logs = sub.add_parser("logs", help="print a job's logs")
     logs.add_argument("job")
     logs.add_argument("--rank", type=int, default=None, help="only this rank's log")
@@ -102,7 +106,7 @@ class DistributedMagics(Magics):
         """Run the cell on many workers; the cell body is shipped as train.py.
 
         As a line magic: ``%distributed list | status JOB | logs JOB [--rank N] | stop JOB |
-        attach JOB``.
+        scale JOB N | attach JOB``.
         """
         if cell is None:
             return self._line_command(line)
@@ -123,6 +127,7 @@ class DistributedMagics(Magics):
                 grace=args.grace,
                 push=parse_names(args.push),
                 out=args.out,
+                batch_size=args.batch_size,
             ).validate()
             check_syntax(cell)
             self._warn_undefined(spec)
@@ -134,9 +139,11 @@ class DistributedMagics(Magics):
             f"({job.backend_reason}); launcher {spec.launcher}",
             flush=True,
         )
+        view = make_view(job)
         if args.background:
+            follow_in_background(job, view)
             return job
-        job.wait()
+        wait_with_view(job, view)
         if spec.out:
             self.shell.user_ns[spec.out] = job.result()
         return None
@@ -164,7 +171,9 @@ class DistributedMagics(Magics):
     def _line_command(self, line: str) -> Any:
         args = _line_parser().parse_argstring(line)
         if args.command is None:
-            raise UsageError("%distributed needs a command: list, status, logs, stop or attach")
+            raise UsageError(
+                "%distributed needs a command: list, status, logs, stop, scale or attach"
+            )
         if args.command == "list":
             jobs = Job.list()
             print("\n".join(_job_line(j) for j in jobs) if jobs else "no jobs")
@@ -182,6 +191,12 @@ class DistributedMagics(Magics):
                 raise UsageError(str(exc.args[0])) from None
         elif args.command == "stop":
             print(f"Job {job.id} {job.stop()}.")
+        elif args.command == "scale":
+            try:
+                job.scale(args.workers)
+            except (ValueError, OSError, RuntimeError) as exc:
+                raise UsageError(f"cannot scale {job.id}: {exc}") from None
+            print(f"Job {job.id}: scaling to {args.workers} workers at the next checkpoint.")
         elif args.command == "attach":
             return self._attach(job)
         return None
@@ -199,12 +214,14 @@ class DistributedMagics(Magics):
 
     def _attach(self, job: Job) -> Job:
         print(f"Attached to job {job.id} ({job.state}).", flush=True)
+        view = make_view(job)  # rebuilt from the store: the whole history
         if job.state not in FINAL_STATES:
             try:
-                job.wait(from_start=False, stop_on_interrupt=False)
+                wait_with_view(job, view, from_start=False, stop_on_interrupt=False)
             except KeyboardInterrupt:
                 print(f"Detached; job {job.id} goes on (`%distributed stop {job.id}` stops it).")
             except JobFailed:
                 pass
+        view.refresh(force=True)
         self._print_status(job)
         return job

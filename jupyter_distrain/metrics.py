@@ -104,12 +104,21 @@ class Collector:
             payload += b"\n"
         out.write(payload)
         self.accepted += 1
-        self.records += payload.count(b"\n")
-        try:
-            last = json.loads(payload.rstrip(b"\n").rsplit(b"\n", 1)[-1])
-        except ValueError:
-            return
-        self.on_record(last)
+        lines = payload.rstrip(b"\n").split(b"\n")
+        self.records += len(lines)
+        # the live view wants the latest step; epoch summaries and heartbeats may follow it
+        latest = None
+        for line in reversed(lines):
+            try:
+                record = json.loads(line)
+            except ValueError:
+                continue
+            latest = latest or record
+            if "step" in record:
+                latest = record if latest is record else {**record, "time": latest.get("time")}
+                break
+        if latest is not None:
+            self.on_record(latest)
 
     def stop(self) -> None:
         """Store what has arrived, then close."""
@@ -197,6 +206,10 @@ def reporter() -> Reporter | None:
             },
         )
     return _reporter
+
+
+def has_reporter() -> bool:
+    return _reporter is not None
 
 
 def read_metrics(path: Path) -> list[dict[str, Any]]:

@@ -41,6 +41,7 @@ class JobSpec:
     workdir: str = field(default_factory=os.getcwd)
     python: str = ""  # interpreter for workers; "" means the supervisor's own
     script: str | None = None  # run this file (resolved on the worker) instead of train.py
+    batch_size: int | None = None  # images per step, where Keras cannot tell
 
     def validate(self) -> JobSpec:
         """Check every field; raise :class:`SpecError` naming the first bad one."""
@@ -62,6 +63,8 @@ class JobSpec:
             raise SpecError(f"--cpu must be a number > 0, got {self.cpu!r}")
         if self.memory is not None and not self.memory > 0:
             raise SpecError(f"--memory must be a number of GiB > 0, got {self.memory!r}")
+        if self.batch_size is not None and self.batch_size < 1:
+            raise SpecError(f"--batch-size must be >= 1, got {self.batch_size!r}")
         if not self.timeout > 0:
             raise SpecError(f"--timeout must be > 0 seconds, got {self.timeout!r}")
         if not self.grace >= 0:

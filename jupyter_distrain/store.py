@@ -48,6 +48,13 @@ class ProcessRecord:
     log: str = ""
     hosts_ranks: bool = False  # a process (mpirun) that starts the ranks that have their own rows
     stopped: bool = False  # ended on request (stop_workers), not by failing
+    generation: int = 0  # how many times the job was restarted (scaled) before this process
+    # the live view, from the metrics channel
+    step: int | None = None
+    images_per_sec: float | None = None
+    loss: float | None = None
+    total_steps: int | None = None
+    heartbeat: float | None = None  # time of the last record or heartbeat
 
     @property
     def label(self) -> str:
@@ -103,6 +110,7 @@ class JobDir:
     logs_dir = property(lambda self: self.path / "logs")
     checkpoints_dir = property(lambda self: self.path / "checkpoints")
     supervisor_log = property(lambda self: self.path / "logs" / "supervisor.log")
+    metrics_file = property(lambda self: self.path / "metrics.jsonl")
 
     def log_file(self, role: str, index: int) -> Path:
         return self.logs_dir / f"{role}-{index}.log"
@@ -124,7 +132,7 @@ class JobDir:
         os.chmod(job.path, 0o700)  # mkdir's mode is masked by the umask
         job.logs_dir.mkdir(mode=0o700)
         job.checkpoints_dir.mkdir(mode=0o700)
-        _write_atomic(job.spec_file, json.dumps(spec.to_dict(), indent=2))
+        job.write_spec(spec)
         _write_atomic(job.train_file, spec.code)
         job.write_state({"state": "pending", "processes": [], "created": time.time()})
         return job
@@ -132,6 +140,9 @@ class JobDir:
     # --- spec / state ----------------------------------------------------
     def read_spec(self) -> JobSpec:
         return JobSpec.from_dict(json.loads(self.spec_file.read_text()))
+
+    def write_spec(self, spec: JobSpec) -> None:
+        _write_atomic(self.spec_file, json.dumps(spec.to_dict(), indent=2))
 
     def read_state(self) -> dict[str, Any]:
         try:

@@ -26,8 +26,9 @@ from typing import Any
 
 import psutil
 
-from . import control
+from . import control, metrics
 from .backends.base import Backend
+from .instrument import CHECKPOINT_EXIT
 from .launchers.base import LaunchedProcess, Launcher, ProcessSpec, tree_rss
 from .plugins import BACKENDS, LAUNCHERS, load_plugin
 from .store import FINAL_STATES, JobDir, ProcessRecord
@@ -36,6 +37,7 @@ log = logging.getLogger("jupyter_distrain.supervisor")
 
 PERIODIC_CHECK_SECONDS = 0.5  # startup deadline, memory limits, orphan reaping
 TAIL_LINES = 20
+SCALE_TIMEOUT_SECONDS = 600.0  # how long workers may take to reach a checkpoint
 _PR_SET_CHILD_SUBREAPER = 36
 
 
@@ -56,6 +58,13 @@ class Supervisor:
         self.stop_requested = False
         self.launcher: Launcher | None = None
         self.backend: Backend | None = None
+        self.collector: metrics.Collector | None = None
+        self.worker_env: dict[str, str] = {}
+        self.generation = 0
+        self.scale_to: int | None = None
+        self.scale_deadline = 0.0
+        self.startup_deadline = 0.0
+        self.dirty = False  # live metrics changed since the last save
 
     # --- store -----------------------------------------------------------
     def snapshot(self) -> dict[str, Any]:
@@ -65,6 +74,8 @@ class Supervisor:
                 "backend": self.spec.backend,
                 "launcher": self.spec.launcher,
                 "workers": self.spec.workers,
+                "generation": self.generation,
+                "scaling_to": self.scale_to,
                 "supervisor_pid": os.getpid(),
                 "created": self.started_at,
                 "running_at": self.running_at,
@@ -72,10 +83,13 @@ class Supervisor:
                 "error": self.error,
                 "error_tail": self.error_tail,
                 "processes": [asdict(r) for r in self.records.values()],
+                "metrics_records": self.collector.records if self.collector else 0,
+                "metrics_rejected": self.collector.rejected if self.collector else 0,
                 **(self.backend.info() if self.backend and self.records else {}),
             }
 
     def save(self) -> None:
+        self.dirty = False
         self.job.write_state(self.snapshot())
 
     def set_state(self, state: str, **event: Any) -> None:
@@ -90,7 +104,13 @@ class Supervisor:
         op = body.get("op")
         if op == "status":
             return self.snapshot()
-        if op in ("stop", "stop_processes", "hello", "bye"):
+        if op == "scale":
+            workers = body.get("workers")
+            if not isinstance(workers, int) or workers < 1:
+                raise ValueError(f"scale needs a number of workers >= 1, got {workers!r}")
+            if self.state != "running":
+                raise ValueError(f"cannot scale a job that is {self.state}")
+        if op in ("stop", "stop_processes", "hello", "bye", "scale"):
             self.events.put((op, body))
             return {}
         raise ValueError(f"unknown op {op!r}")
@@ -99,80 +119,115 @@ class Supervisor:
     def run(self) -> int:
         become_subreaper()
         server = control.ControlServer(self.secret, self.handle).start()
+        self.collector = metrics.Collector(
+            self.secret, self.job.metrics_file, self.on_metric, host=server.host
+        ).start()
         self.job.write_control(server.host, server.port, self.secret, os.getpid())
         for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
             signal.signal(sig, lambda *_: self.events.put(("stop", {"reason": "signal"})))
+        self.worker_env = {
+            "JUPYTER_DISTRAIN_JOB_DIR": str(self.job.path),
+            "JUPYTER_DISTRAIN_CONTROL": f"{server.host}:{server.port}",
+            "JUPYTER_DISTRAIN_METRICS": self.collector.address,
+            "JUPYTER_DISTRAIN_SECRET": self.secret,
+            "JUPYTER_DISTRAIN_BACKEND": self.spec.backend,
+            "JUPYTER_DISTRAIN_OUT": self.spec.out or "",
+            "PYTHONUNBUFFERED": "1",
+        }
+        if self.spec.batch_size:
+            self.worker_env["JUPYTER_DISTRAIN_BATCH_SIZE"] = str(self.spec.batch_size)
         try:
-            self.launch(server)
+            self.launch()
             self.monitor()
         except Exception as exc:
             log.exception("supervisor failed")
             self.fail(f"{type(exc).__name__}: {exc}")
         finally:
             self.shutdown()
+            self.collector.stop()  # after every process is gone: their last records are in
+            self.save()
             server.stop()
         return 0
 
-    def launch(self, server: control.ControlServer) -> None:
-        self.set_state("launching")
+    def launch(self) -> None:
+        self.set_state("launching", generation=self.generation, workers=self.spec.workers)
+        self.startup_deadline = time.monotonic() + self.spec.timeout
         self.launcher = load_plugin(LAUNCHERS, self.spec.launcher)(self.spec, self.job)
         self.backend = load_plugin(BACKENDS, self.spec.backend)(self.spec, self.job)
+        self.backend.bind(self.start_process, lambda kind, body: self.events.put((kind, body)))
         slots = self.launcher.place(self.backend.slots_needed())
         self.backend.start_services(slots, self.launcher)
-        worker_env = {
-            "JUPYTER_DISTRAIN_JOB_DIR": str(self.job.path),
-            "JUPYTER_DISTRAIN_CONTROL": f"{server.host}:{server.port}",
-            "JUPYTER_DISTRAIN_SECRET": self.secret,
-            "JUPYTER_DISTRAIN_BACKEND": self.spec.backend,
-            "JUPYTER_DISTRAIN_OUT": self.spec.out or "",
-            "PYTHONUNBUFFERED": "1",
-        }
         python = self.spec.python or sys.executable
-        procs = self.backend.plan(slots, [python, "-m", "jupyter_distrain.worker"], worker_env)
+        argv = [python, "-m", "jupyter_distrain.worker"]
+        procs = self.backend.plan(slots, argv, dict(self.worker_env))
         for proc in procs:
             host = proc.slot.host if proc.slot else "localhost"
             self.records[proc.label] = ProcessRecord(
-                proc.role, proc.index, host, proc.ranks, hosts_ranks=proc.hosts_ranks
+                proc.role,
+                proc.index,
+                host,
+                proc.ranks,
+                hosts_ranks=proc.hosts_ranks,
+                generation=self.generation,
             )
             for rank in proc.ranks if proc.hosts_ranks else []:
                 self.records[f"worker-{rank}"] = ProcessRecord(
-                    "worker", rank, host, [rank], log=f"logs/worker-{rank}.log"
+                    "worker",
+                    rank,
+                    host,
+                    [rank],
+                    log=f"logs/worker-{rank}.log",
+                    generation=self.generation,
                 )
         self.save()
         for proc in procs:
             self.start_process(proc)
+        self.backend.start(argv, dict(self.worker_env))
         self.save()
 
-    def start_process(self, proc: ProcessSpec) -> None:
-        record = self.records[proc.label]
+    def start_process(self, proc: ProcessSpec) -> LaunchedProcess:
+        """Launch one process and record it (also called from an elastic driver's threads)."""
         log_path = self.job.log_file(proc.role, proc.index)
-        record.log = str(log_path.relative_to(self.job.path))
         proc.env["JUPYTER_DISTRAIN_ROLE"] = proc.role
         proc.env["JUPYTER_DISTRAIN_INDEX"] = str(proc.index)
         if proc.slot is not None:
             proc.env["JUPYTER_DISTRAIN_ADDRESS"] = proc.slot.address
         assert self.launcher is not None
-        launched = self.launcher.start(proc, log_path)
-        self.launched[proc.label] = launched
-        record.pid, record.state, record.started = launched.pid, "starting", time.time()
+        with self.lock:
+            record = self.records.get(proc.label)
+            if record is None or not record.live:  # a new process, or a new one in its slot
+                record = ProcessRecord(
+                    proc.role,
+                    proc.index,
+                    proc.slot.host if proc.slot else "localhost",
+                    proc.ranks,
+                    hosts_ranks=proc.hosts_ranks,
+                    generation=self.generation,
+                )
+                self.records[proc.label] = record
+            record.log = str(log_path.relative_to(self.job.path))
+            launched = self.launcher.start(proc, log_path)
+            self.launched[proc.label] = launched
+            record.pid, record.state, record.started = launched.pid, "starting", time.time()
         self.job.append_event("launch", process=proc.label, pid=launched.pid, ranks=proc.ranks)
         threading.Thread(target=self._wait_exit, args=(proc.label, launched), daemon=True).start()
+        self.dirty = True
+        return launched
 
     def _wait_exit(self, label: str, launched: LaunchedProcess) -> None:
         code = launched.wait()
-        self.events.put(("exit", {"label": label, "code": code, "time": time.time()}))
+        self.events.put(("exit", {"label": label, "code": code, "pid": launched.pid}))
 
     # --- the state machine ---------------------------------------------------
     def monitor(self) -> None:
         next_check = 0.0
-        deadline = time.monotonic() + self.spec.timeout
         while self.state not in FINAL_STATES:
             try:
                 kind, body = self.events.get(timeout=PERIODIC_CHECK_SECONDS)
             except queue.Empty:
                 kind, body = "tick", {}
             if kind == "exit":
-                self.on_exit(body["label"], body["code"])
+                self.on_exit(body["label"], body["code"], body["pid"])
             elif kind == "hello":
                 self.on_hello(body)
             elif kind == "bye":
@@ -181,10 +236,14 @@ class Supervisor:
                 self.stop(reason=body.get("reason", "requested"))
             elif kind == "stop_processes":
                 self.stop_processes(list(body.get("processes", [])))
+            elif kind == "scale":
+                self.request_scale(int(body["workers"]))
+            elif kind == "backend_done":
+                self.on_backend_done(body)
             if self.state in FINAL_STATES:
                 return
             now = time.monotonic()
-            if self.state == "launching" and now > deadline:
+            if self.state == "launching" and now > self.startup_deadline:
                 missing = [r.label for r in self.members() if r.state in ("pending", "starting")]
                 self.fail(
                     f"startup timeout: {', '.join(missing)} did not come up "
@@ -195,10 +254,31 @@ class Supervisor:
                 self.reap()
                 if self.spec.memory is not None:
                     self.check_memory()
+                if self.scale_to is not None and now > self.scale_deadline:
+                    self.job.append_event(
+                        "scale_failed", reason="the workers did not checkpoint in time"
+                    )
+                    self.scale_to = None
+                    self.dirty = True
+                if self.dirty:
+                    self.save()
+
+    def on_metric(self, record: dict[str, Any]) -> None:
+        """The latest record of a batch from one process (collector thread)."""
+        proc = self.records.get(f"{record.get('role')}-{record.get('rank')}")
+        if proc is None:
+            return
+        proc.heartbeat = record.get("time")
+        if "step" in record:
+            proc.step = record["step"]
+            proc.images_per_sec = record.get("images_per_sec", proc.images_per_sec)
+            proc.loss = record.get("loss", proc.loss)
+            proc.total_steps = record.get("total_steps", proc.total_steps)
+        self.dirty = True
 
     def members(self) -> list[ProcessRecord]:
         """The job's processes that run the bootstrap (every row but mpirun's)."""
-        return [r for r in self.records.values() if not r.hosts_ranks]
+        return [r for r in list(self.records.values()) if not r.hosts_ranks]
 
     def on_hello(self, body: dict[str, Any]) -> None:
         record = self.records.get(f"{body.get('role')}-{body.get('index')}")
@@ -220,11 +300,14 @@ class Supervisor:
     def on_bye(self, body: dict[str, Any]) -> None:
         """A rank hosted by mpirun reports its exit code before it exits."""
         record = self.records.get(f"{body.get('role')}-{body.get('index')}")
-        if record is None or record.label in self.launched:
+        if record is None or record.label in self.launched or record.pid != body.get("pid"):
             return  # processes we launched ourselves report through wait()
         self.on_process_end(record, int(body.get("code", 1)))
 
-    def on_exit(self, label: str, code: int) -> None:
+    def on_exit(self, label: str, code: int, pid: int) -> None:
+        record = self.records.get(label)
+        if record is None or record.pid != pid:
+            return  # a process of an earlier generation, already accounted for
         record = self.records[label]
         for rank in record.ranks if record.hosts_ranks else []:
             self.record_exit(self.records[f"worker-{rank}"], code)  # ranks that said no bye
@@ -233,6 +316,9 @@ class Supervisor:
     def on_process_end(self, record: ProcessRecord, code: int) -> None:
         self.record_exit(record, code)
         if self.stop_requested or self.state in FINAL_STATES:
+            return
+        if self.scale_to is not None and code == CHECKPOINT_EXIT:
+            self.restart(self.scale_to)
             return
         assert self.backend is not None
         outcome = self.backend.outcome(list(self.records.values()), record)
@@ -304,6 +390,60 @@ class Supervisor:
         self.terminate_all(self.spec.grace)
         self.set_state("stopped", reason=reason)
 
+    def on_backend_done(self, body: dict[str, Any]) -> None:
+        """The backend's own driver (elastic Horovod) says the job has ended."""
+        if self.state in FINAL_STATES or self.stop_requested:
+            return
+        if body.get("error"):
+            self.fail(str(body["error"]))
+        else:
+            self.terminate_all(self.spec.grace)
+            self.set_state("succeeded")
+
+    # --- scaling ---------------------------------------------------------------
+    def request_scale(self, workers: int) -> None:
+        """Ask every process to checkpoint; the job restarts at the new size when they have.
+        A backend that can resize in place (elastic Horovod) does so instead."""
+        if self.state != "running" or workers == self.spec.workers:
+            return
+        self.job.append_event("scale_requested", workers=workers, previous=self.spec.workers)
+        assert self.backend is not None
+        if self.backend.scale_in_place(workers):
+            self.spec.workers = workers
+            self.job.write_spec(self.spec)
+            self.job.append_event("scaled_in_place", workers=workers)
+            self.save()
+            return
+        self.scale_to = workers
+        self.scale_deadline = time.monotonic() + SCALE_TIMEOUT_SECONDS
+        for record in self.members():
+            if record.live and record.pid:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(record.pid, signal.SIGUSR1)
+        self.save()
+
+    def restart(self, workers: int) -> None:
+        """Stop the current generation and launch the next one with ``workers`` workers."""
+        log.info("restarting with %d workers", workers)
+        self.terminate(self.launched_labels(), self.spec.grace)
+        kill_descendants()
+        self.reap()
+        self.drain_exits()
+        assert self.backend is not None and self.launcher is not None
+        self.backend.stop_services()
+        self.launcher.close()
+        self.job.append_event(
+            "restart",
+            generation=self.generation + 1,
+            workers=workers,
+            previous=[asdict(r) for r in self.records.values()],
+        )
+        self.generation += 1
+        self.spec.workers = workers
+        self.job.write_spec(self.spec)
+        self.records, self.launched, self.scale_to = {}, {}, None
+        self.launch()
+
     def stop_processes(self, labels: list[str]) -> None:
         """Stop some processes; the job's outcome then follows the backend's rules."""
         live = {r.label for r in self.members() if r.live}
@@ -318,6 +458,9 @@ class Supervisor:
 
     def alive(self, labels: list[str]) -> list[str]:
         return [label for label in labels if self.launched[label].poll() is None]
+
+    def launched_labels(self) -> list[str]:
+        return list(self.launched)
 
     def terminate(self, labels: list[str], grace: float) -> None:
         """SIGTERM these processes' trees, SIGKILL what is left after ``grace`` s."""
@@ -336,21 +479,23 @@ class Supervisor:
     def terminate_all(self, grace: float) -> None:
         """Stop every process of the job, and anything else still below the supervisor."""
         self.stop_requested = True
-        self.terminate(list(self.launched), grace)
+        if self.backend is not None:
+            self.backend.stop_services()  # first, so no driver starts anything new
+        self.terminate(self.launched_labels(), grace)
         kill_descendants()  # anything that escaped its process group, orphans included
         self.reap()
         self.drain_exits()
 
     def reap(self) -> None:
-        reap_orphans({p.pid for p in self.launched.values()})
+        reap_orphans({p.pid for p in list(self.launched.values())})
 
     def drain_exits(self) -> None:
         """Record the exits the wait threads reported, and anything still unrecorded."""
-        for label, launched in self.launched.items():
+        for label, launched in list(self.launched.items()):
             code = launched.poll()
             if code is not None:
                 self.record_exit(self.records[label], code)
-        for record in self.records.values():
+        for record in list(self.records.values()):
             if record.live:
                 self.record_exit(record, -signal.SIGKILL)
 

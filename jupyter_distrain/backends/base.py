@@ -9,12 +9,12 @@ supervisor (Horovod's rendezvous server, for instance).
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 if TYPE_CHECKING:
-    from ..launchers.base import Launcher, ProcessSpec, Slot
+    from ..launchers.base import LaunchedProcess, Launcher, ProcessSpec, Slot
     from ..spec import JobSpec
     from ..store import JobDir, ProcessRecord
 
@@ -52,6 +52,23 @@ class Backend(ABC):
     def __init__(self, spec: JobSpec, job: JobDir):
         self.spec = spec
         self.job = job
+
+    def bind(
+        self,
+        start_process: Callable[[ProcessSpec], LaunchedProcess],
+        post: Callable[[str, dict[str, Any]], None],
+    ) -> None:
+        """The supervisor's callbacks, for backends whose own driver decides when processes
+        start (elastic Horovod) or reports the job's end (``post("backend_done", ...)``)."""
+        self.start_process = start_process
+        self.post = post
+
+    def start(self, worker_argv: list[str], worker_env: dict[str, str]) -> None:  # noqa: B027
+        """Called once the planned processes are started."""
+
+    def scale_in_place(self, workers: int) -> bool:
+        """Resize without a restart, if this backend can; the default cannot."""
+        return False
 
     @classmethod
     def available(cls) -> tuple[bool, str]:

@@ -11,10 +11,15 @@ import importlib.util
 import os
 import shutil
 from collections import Counter
+from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
+from ..cellcheck import uses_horovod_elastic
 from ..launchers.base import Launcher, ProcessSpec, Slot
-from .base import Backend
+from ..store import ProcessRecord
+from .base import Backend, Outcome
+from .horovod_elastic import ElasticRun
 
 
 def hosts_string(slots: list[Slot]) -> str:
@@ -25,6 +30,12 @@ def hosts_string(slots: list[Slot]) -> str:
 
 class HorovodBackend(Backend):
     name = "horovod"
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.elastic = self.spec.controller == "gloo" and uses_horovod_elastic(self.spec.code)
+        self._rendezvous: Any = None
+        self._elastic: ElasticRun | None = None
 
     @classmethod
     def available(cls) -> tuple[bool, str]:
@@ -39,8 +50,10 @@ class HorovodBackend(Backend):
 
     # --- Gloo ------------------------------------------------------------
     def start_services(self, slots: list[Slot], launcher: Launcher) -> None:
-        self._rendezvous = None
         if self.spec.controller != "gloo":
+            return
+        if self.elastic:
+            self._elastic = ElasticRun(self, slots, launcher.driver_address())
             return
         from horovod.runner.common.util.hosts import get_host_assignments, parse_hosts
         from horovod.runner.http.http_server import RendezvousServer
@@ -52,6 +65,8 @@ class HorovodBackend(Backend):
         self._address = launcher.driver_address()
 
     def stop_services(self) -> None:
+        if self._elastic is not None:
+            self._elastic.stop()
         if self._rendezvous is not None:
             self._rendezvous.stop()
             self._rendezvous = None
@@ -61,26 +76,53 @@ class HorovodBackend(Backend):
     ) -> list[ProcessSpec]:
         if self.spec.controller == "mpi":
             return [self._mpirun(slots, worker_argv, worker_env)]
-        procs = []
-        for slot, info in zip(slots, self._plan, strict=True):
-            env = {
-                **worker_env,
-                "HOROVOD_GLOO_RENDEZVOUS_ADDR": self._address,
-                "HOROVOD_GLOO_RENDEZVOUS_PORT": str(self._port),
-                "HOROVOD_CONTROLLER": "gloo",
-                "HOROVOD_CPU_OPERATIONS": "gloo",
-                "HOROVOD_GLOO_IFACE": slot.iface,
-                "NCCL_SOCKET_IFNAME": slot.iface,
-                "HOROVOD_HOSTNAME": info.hostname,
-                "HOROVOD_RANK": str(info.rank),
-                "HOROVOD_SIZE": str(info.size),
-                "HOROVOD_LOCAL_RANK": str(info.local_rank),
-                "HOROVOD_LOCAL_SIZE": str(info.local_size),
-                "HOROVOD_CROSS_RANK": str(info.cross_rank),
-                "HOROVOD_CROSS_SIZE": str(info.cross_size),
-            }
-            procs.append(ProcessSpec("worker", info.rank, worker_argv, env, slot, [info.rank]))
-        return procs
+        if self.elastic:
+            return []  # the elastic driver starts them: see start()
+        return [
+            ProcessSpec(
+                "worker",
+                info.rank,
+                worker_argv,
+                {**worker_env, **self.rank_env(slot, info, self._address, self._port)},
+                slot,
+                [info.rank],
+            )
+            for slot, info in zip(slots, self._plan, strict=True)
+        ]
+
+    def rank_env(self, slot: Slot, info: Any, address: str, port: int) -> dict[str, str]:
+        """What horovodrun would give the process in ``slot`` with Horovod's ``SlotInfo``."""
+        return {
+            "HOROVOD_GLOO_RENDEZVOUS_ADDR": address,
+            "HOROVOD_GLOO_RENDEZVOUS_PORT": str(port),
+            "HOROVOD_CONTROLLER": "gloo",
+            "HOROVOD_CPU_OPERATIONS": "gloo",
+            "HOROVOD_GLOO_IFACE": slot.iface,
+            "NCCL_SOCKET_IFNAME": slot.iface,
+            "HOROVOD_HOSTNAME": info.hostname,
+            "HOROVOD_RANK": str(info.rank),
+            "HOROVOD_SIZE": str(info.size),
+            "HOROVOD_LOCAL_RANK": str(info.local_rank),
+            "HOROVOD_LOCAL_SIZE": str(info.local_size),
+            "HOROVOD_CROSS_RANK": str(info.cross_rank),
+            "HOROVOD_CROSS_SIZE": str(info.cross_size),
+        }
+
+    # --- elastic -----------------------------------------------------------
+    def start(self, worker_argv: list[str], worker_env: dict[str, str]) -> None:
+        if self._elastic is not None:
+            self._elastic.start(worker_argv, worker_env)
+
+    def scale_in_place(self, workers: int) -> bool:
+        if self._elastic is None:
+            return False
+        self._elastic.scale(workers)
+        return True
+
+    def outcome(self, records: Sequence[ProcessRecord], ended: ProcessRecord) -> Outcome | None:
+        if self.elastic:
+            return None  # the elastic driver restarts or ends; it says so with backend_done
+        return super().outcome(records, ended)
 
     # --- MPI -------------------------------------------------------------
     def _mpirun(

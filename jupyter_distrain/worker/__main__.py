@@ -18,6 +18,7 @@ from __future__ import annotations
 import json
 import os
 import pickle
+import signal
 import socket
 import sys
 import traceback
@@ -25,7 +26,8 @@ from pathlib import Path
 from types import CodeType
 from typing import Any
 
-from .. import control
+from .. import control, instrument, metrics
+from . import keras_hook
 
 
 def _rank() -> int:
@@ -170,10 +172,17 @@ def main() -> int:
         address=os.environ.get("JUPYTER_DISTRAIN_ADDRESS", ""),
     )
     mode = os.environ.get("JUPYTER_DISTRAIN_MODE", "train")
+    signal.signal(signal.SIGUSR1, instrument.request_checkpoint)
+    instrumented = os.environ.get("JUPYTER_DISTRAIN_INSTRUMENT", "1") != "0"
+    if instrumented and os.environ.get("JUPYTER_DISTRAIN_METRICS") and mode != "server":
+        keras_hook.install()
     code = run_program(job_dir, path, program, mode, rank)
     sys.stdout.flush()
     sys.stderr.flush()
-    _tell_supervisor("bye", **me, code=code)
+    sender = metrics.reporter() if metrics.has_reporter() else None
+    if sender is not None:
+        sender.close()  # deliver the last records before saying bye
+    _tell_supervisor("bye", **me, pid=os.getpid(), code=code)
     return code
 
 

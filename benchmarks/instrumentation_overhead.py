@@ -1,0 +1,89 @@
+"""Instrumentation overhead: Keras steps/sec with the automatic metrics (and the injected
+BackupAndRestore) against the same job with them switched off
+(``JUPYTER_DISTRAIN_INSTRUMENT=0``), alternated, 2 Horovod workers. Target: ratio >= 0.99.
+
+    .venv/bin/python benchmarks/instrumentation_overhead.py [--rounds 4]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import statistics
+import sys
+import tempfile
+from pathlib import Path
+
+from jupyter_distrain import JobSpec, submit
+
+SCRIPT = """
+import time
+import numpy as np
+import tensorflow as tf
+import horovod.tensorflow.keras as hvd
+
+hvd.init()
+x = np.random.default_rng(0).random((64 * 16, 32), dtype=np.float32)
+y = np.random.default_rng(1).integers(0, 10, 64 * 16)
+data = tf.data.Dataset.from_tensor_slices((x, y)).repeat().batch(64)
+model = tf.keras.Sequential([tf.keras.Input((32,)), tf.keras.layers.Dense(32, activation="relu"),
+                             tf.keras.layers.Dense(10)])
+model.compile(optimizer=hvd.DistributedOptimizer(tf.keras.optimizers.SGD(0.01)),
+              loss=tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+
+
+class Clock(tf.keras.callbacks.Callback):
+    def on_epoch_begin(self, epoch, logs=None):
+        if epoch == 1:
+            self.start = time.perf_counter()
+
+    def on_train_end(self, logs=None):
+        steps = self.params["steps"] * (self.params["epochs"] - 1)
+        rate = steps / (time.perf_counter() - self.start)
+        if hvd.rank() == 0:
+            print(f"BENCH steps_per_sec={rate:.2f}", flush=True)
+
+
+model.fit(data, steps_per_epoch=500, epochs=4, verbose=0,
+          callbacks=[hvd.callbacks.BroadcastGlobalVariablesCallback(0), Clock()])
+"""
+
+
+def run(instrumented: bool) -> float:
+    env = {} if instrumented else {"JUPYTER_DISTRAIN_INSTRUMENT": "0"}
+    job = submit(JobSpec(code=SCRIPT, workers=2, env=env, name="overhead"))
+    job.wait(stream=False)
+    return float(re.search(r"BENCH steps_per_sec=([\d.]+)", job.logs(rank=0)).group(1))
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=4)
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory() as tmp:
+        os.environ.setdefault("JUPYTER_DISTRAIN_ROOT", str(Path(tmp) / "jobs"))
+        rates: dict[bool, list[float]] = {True: [], False: []}
+        for i in range(args.rounds):
+            for instrumented in (True, False) if i % 2 == 0 else (False, True):
+                rates[instrumented].append(run(instrumented))
+                print(
+                    f"round {i + 1} {'with' if instrumented else 'without':<8} "
+                    f"{rates[instrumented][-1]:7.1f} steps/s",
+                    flush=True,
+                )
+    paired = [a / b for a, b in zip(rates[True], rates[False], strict=True)]
+    print(
+        f"\nmedian steps/sec: with {statistics.median(rates[True]):.1f}, "
+        f"without {statistics.median(rates[False]):.1f}"
+    )
+    print(
+        f"ratio with/without: median of medians "
+        f"{statistics.median(rates[True]) / statistics.median(rates[False]):.3f}, "
+        f"median of per-round ratios {statistics.median(paired):.3f} (target >= 0.99)"
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,111 @@
+"""Elastic Horovod: Horovod's own ElasticDriver, with the supervisor as host discovery.
+
+The driver decides when worker processes start (at launch, and when slots are
+added), so here the backend asks the supervisor to start each one through the
+``start_process`` callback it was bound to; the supervisor still records and
+owns every process. Scaling changes what discovery reports; the driver then
+starts the new workers and the running ones re-rendezvous at the new size
+without restarting.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Any
+
+from ..launchers.base import LaunchedProcess, ProcessSpec, Slot
+
+WAIT_SECONDS = 0.2
+
+
+class SupervisorDiscovery:
+    """Horovod's HostDiscovery interface over a dict the supervisor changes."""
+
+    def __init__(self, hosts: dict[str, int]):
+        self.hosts = dict(hosts)
+        self.lock = threading.Lock()
+
+    def find_available_hosts_and_slots(self) -> dict[str, int]:
+        with self.lock:
+            return dict(self.hosts)
+
+    def set_slots(self, host: str, slots: int) -> None:
+        with self.lock:
+            self.hosts[host] = slots
+
+
+class ElasticRun:
+    """One elastic job: the driver, its rendezvous server and the worker threads."""
+
+    def __init__(self, backend: Any, slots: list[Slot], address: str):
+        from horovod.runner.elastic.driver import ElasticDriver
+        from horovod.runner.elastic.rendezvous import create_rendezvous_handler
+        from horovod.runner.http.http_server import RendezvousServer
+
+        self.backend = backend
+        self.slots = {s.host: s for s in slots}
+        counts: dict[str, int] = {}
+        for slot in slots:
+            counts[slot.host] = counts.get(slot.host, 0) + 1
+        self.discovery = SupervisorDiscovery(counts)
+        self.rendezvous = RendezvousServer(verbose=0)
+        self.driver = ElasticDriver(
+            self.rendezvous,
+            self.discovery,
+            min_num_proc=1,
+            max_num_proc=None,
+            timeout=int(backend.spec.timeout),
+        )
+        self.port = self.rendezvous.start(create_rendezvous_handler(self.driver))
+        self.address = address
+        self.driver.wait_for_available_slots(len(slots))
+
+    def start(self, worker_argv: list[str], worker_env: dict[str, str]) -> None:
+        self.worker_argv, self.worker_env = worker_argv, worker_env
+        workers = sum(self.discovery.find_available_hosts_and_slots().values())
+        self.driver.start(workers, self._create_worker)
+        threading.Thread(target=self._wait_results, name="elastic-results", daemon=True).start()
+
+    def _create_worker(self, slot_info: Any, events: list[threading.Event]) -> tuple[int, float]:
+        template = self.slots.get(slot_info.hostname)
+        slot = Slot(
+            slot_info.hostname,
+            template.address if template else self.address,
+            slot_info.rank,
+            slot_info.local_rank,
+            template.iface if template else "lo",
+        )
+        env = {
+            **self.worker_env,
+            **self.backend.rank_env(slot, slot_info, self.address, self.port),
+            "HOROVOD_ELASTIC": "1",
+        }
+        proc = ProcessSpec(
+            "worker", slot_info.local_rank, self.worker_argv, env, slot, [slot_info.rank]
+        )
+        launched: LaunchedProcess = self.backend.start_process(proc)
+        while launched.poll() is None:
+            if any(e.is_set() for e in events):
+                launched.signal(15)
+                break
+            time.sleep(WAIT_SECONDS)
+        return launched.wait(), time.time()
+
+    def _wait_results(self) -> None:
+        results = self.driver.get_results()
+        self.backend.post(
+            "backend_done",
+            {
+                "error": results.error_message,
+                "results": {k: list(v) for k, v in results.worker_results.items()},
+            },
+        )
+
+    def scale(self, workers: int) -> None:
+        host = next(iter(self.discovery.hosts))
+        self.discovery.set_slots(host, workers)
+
+    def stop(self) -> None:
+        if not self.driver.finished():
+            self.driver.stop()

@@ -1,0 +1,79 @@
+"""What a training program can call inside a job (all no-ops outside one).
+
+- :func:`report` records one step of a custom training loop;
+- :func:`timed_step` times a step and reports it;
+- :func:`checkpoint_dir` is where to save what a restart resumes from;
+- :func:`should_checkpoint` says that the supervisor asked for a checkpoint
+  (to scale the job): save, then ``raise SystemExit(CHECKPOINT_EXIT)``.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from .metrics import reporter
+
+CHECKPOINT_EXIT = 75  # a worker that exits with this code checkpointed on request
+
+_checkpoint_requested = False
+_last_report = {"step": 0, "time": 0.0}
+
+
+def request_checkpoint(*_: Any) -> None:
+    """The worker bootstrap's SIGUSR1 handler."""
+    global _checkpoint_requested
+    _checkpoint_requested = True
+
+
+def should_checkpoint() -> bool:
+    """Whether the supervisor asked this process to checkpoint and exit (to rescale)."""
+    return _checkpoint_requested
+
+
+def checkpoint_dir() -> Path:
+    """The job's ``checkpoints/`` directory (a temporary one outside a job)."""
+    job_dir = os.environ.get("JUPYTER_DISTRAIN_JOB_DIR")
+    path = Path(job_dir) / "checkpoints" if job_dir else Path.cwd() / "checkpoints"
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def report(
+    step: int | None = None,
+    images: int | None = None,
+    loss: float | None = None,
+    seconds: float | None = None,
+    **scalars: float,
+) -> None:
+    """Record one training step. ``images`` over ``seconds`` (default: the time since the
+    previous report) gives images/sec; ``loss`` and any other scalars are stored as given."""
+    sender = reporter()
+    now = time.time()
+    step = _last_report["step"] + 1 if step is None else step
+    if seconds is None and _last_report["time"]:
+        seconds = now - _last_report["time"]
+    _last_report.update(step=step, time=now)
+    if sender is None:
+        return
+    record: dict[str, Any] = {"step": step, "time": now, **scalars}
+    if images is not None:
+        record["images"] = images
+        if seconds:
+            record["images_per_sec"] = images / seconds
+    if loss is not None:
+        record["loss"] = float(loss)
+    sender.report(record)
+
+
+@contextmanager
+def timed_step(images: int | None = None, step: int | None = None) -> Iterator[dict[str, Any]]:
+    """``with timed_step(images=64) as s: ...; s["loss"] = loss`` reports the step."""
+    values: dict[str, Any] = {}
+    start = time.perf_counter()
+    yield values
+    report(step=step, images=images, seconds=time.perf_counter() - start, **values)

@@ -1,0 +1,428 @@
+"""The live view of a job: an ipywidgets dashboard in notebooks, a text summary in terminals.
+
+Both are built from the job store alone (state.json, metrics.jsonl, logs/),
+so a view made by ``%distributed attach`` shows the whole history. ``refresh``
+is cheap to call often: it reads only what was appended since the last call
+and redraws at most ``MAX_REDRAWS_PER_SECOND`` times a second.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+import statistics
+import sys
+import threading
+import time
+from collections import defaultdict, deque
+from typing import Any
+
+import ipywidgets as widgets
+import traitlets
+from IPython import get_ipython
+from IPython.display import display
+
+from .job import Job
+from .store import FINAL_STATES, LIVE_PROCESS_STATES
+
+MAX_REDRAWS_PER_SECOND = 4
+STRAGGLER_WINDOW = 20  # steps
+STRAGGLER_GAP = 0.20  # below the median by more than this
+CHART_POINTS = 300  # per worker, most recent
+STATE_COLOURS = {
+    "pending": "#888",
+    "launching": "#c80",
+    "starting": "#c80",
+    "running": "#080",
+    "succeeded": "#06c",
+    "exited": "#06c",
+    "stopped": "#666",
+    "killed": "#a00",
+    "failed": "#a00",
+}
+LINE_COLOURS = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2")
+
+
+class JobModel:
+    """What the views show, computed from the store; independent of any UI."""
+
+    def __init__(self, job: Job):
+        self.job = job
+        self.offset = 0
+        self.partial = b""
+        self.series: dict[str, deque[tuple[int, float]]] = defaultdict(
+            lambda: deque(maxlen=CHART_POINTS)
+        )
+        self.recent: dict[str, deque[float]] = defaultdict(lambda: deque(maxlen=STRAGGLER_WINDOW))
+        self.first_step_time: float | None = None
+        self.total_steps: int | None = None
+        self.status: dict[str, Any] = {}
+
+    def update(self) -> None:
+        self.status = self.job.status()
+        try:
+            with open(self.job.dir.metrics_file, "rb") as f:
+                f.seek(self.offset)
+                data = self.partial + f.read()
+        except FileNotFoundError:
+            return
+        self.offset += len(data) - len(self.partial)
+        *lines, self.partial = data.split(b"\n")
+        for line in lines:
+            try:
+                record = json.loads(line)
+            except ValueError:
+                continue
+            if "step" not in record:
+                continue
+            label = f"{record.get('role', 'worker')}-{record.get('rank', 0)}"
+            if self.first_step_time is None:
+                self.first_step_time = record.get("time")
+            if record.get("total_steps"):
+                self.total_steps = record["total_steps"]
+            ips = record.get("images_per_sec")
+            if ips is not None:
+                self.series[label].append((record["step"], ips))
+                self.recent[label].append(ips)
+
+    # --- derived facts -------------------------------------------------------
+    def processes(self) -> list[dict[str, Any]]:
+        return [p for p in self.status.get("processes", []) if not p.get("hosts_ranks")]
+
+    def launch_progress(self) -> str:
+        procs = self.processes()
+        up = sum(p["state"] == "running" for p in procs)
+        return f"{up}/{len(procs)} processes up"
+
+    def time_to_first_step(self) -> float | None:
+        created = self.status.get("created")
+        if self.first_step_time is None or created is None:
+            return None
+        return self.first_step_time - created
+
+    def aggregate_images_per_sec(self) -> float:
+        return sum(
+            p["images_per_sec"] or 0.0
+            for p in self.processes()
+            if p["state"] in LIVE_PROCESS_STATES and p.get("images_per_sec")
+        )
+
+    def stragglers(self) -> list[str]:
+        """Workers more than 20% below the median images/sec over the last 20 steps."""
+        medians = {label: statistics.median(v) for label, v in self.recent.items() if v}
+        live = {f"{p['role']}-{p['index']}" for p in self.processes() if p["state"] == "running"}
+        medians = {k: v for k, v in medians.items() if k in live}
+        if len(medians) < 2:
+            return []
+        overall = statistics.median(medians.values())
+        return sorted(k for k, v in medians.items() if v < (1 - STRAGGLER_GAP) * overall)
+
+    def progress(self) -> tuple[float, float | None]:
+        """Fraction done and seconds left, when the number of steps is known."""
+        steps = [p["step"] for p in self.processes() if p.get("step")]
+        if not self.total_steps or not steps:
+            return 0.0, None
+        done = min(max(steps) / self.total_steps, 1.0)
+        elapsed = time.time() - (self.first_step_time or time.time())
+        eta = elapsed * (1 - done) / done if done > 0 else None
+        return done, eta
+
+
+def _fmt(value: Any, spec: str = "") -> str:
+    return "-" if value is None else format(value, spec)
+
+
+class JobWidget(widgets.VBox):
+    """One row per process, the job's images/sec, a chart, progress, and controls."""
+
+    job_state = traitlets.Unicode("pending")
+    rows = traitlets.List()
+    aggregate_images_per_sec = traitlets.Float(0.0)
+    stragglers = traitlets.List()
+    launch_progress = traitlets.Unicode("")
+    time_to_first_step = traitlets.Float(None, allow_none=True)
+    redraws = traitlets.Int(0)
+
+    def __init__(self, job: Job, **kwargs: Any):
+        self.job = job
+        self.model = JobModel(job)
+        self._last_draw = 0.0
+        self.header = widgets.HTML()
+        self.table = widgets.HTML()
+        self.chart = widgets.HTML()
+        self.bar = widgets.FloatProgress(min=0.0, max=1.0, layout={"width": "60%"})
+        self.eta = widgets.Label()
+        self.stop_button = widgets.Button(description="Stop", button_style="danger", icon="stop")
+        self.minus_button = widgets.Button(description="-", tooltip="one worker fewer")
+        self.plus_button = widgets.Button(description="+", tooltip="one worker more")
+        self.logs_button = widgets.ToggleButton(description="Logs", icon="file-text")
+        self.rank_picker = widgets.Dropdown(description="process", options=[])
+        self.log_view = widgets.HTML(layout={"display": "none"})
+        self.message = widgets.Label()
+        self.stop_button.on_click(lambda _: self._act(self.job.stop, wait=False))
+        self.minus_button.on_click(lambda _: self._scale(-1))
+        self.plus_button.on_click(lambda _: self._scale(+1))
+        self.logs_button.observe(lambda _: self.refresh(force=True), "value")
+        self.rank_picker.observe(lambda _: self.refresh(force=True), "value")
+        controls = widgets.HBox(
+            [
+                self.stop_button,
+                self.minus_button,
+                self.plus_button,
+                self.logs_button,
+                self.rank_picker,
+            ]
+        )
+        super().__init__(
+            [
+                self.header,
+                self.table,
+                self.chart,
+                widgets.HBox([self.bar, self.eta]),
+                controls,
+                self.message,
+                self.log_view,
+            ],
+            **kwargs,
+        )
+        self.refresh(force=True)
+
+    # --- actions -----------------------------------------------------------------
+    def _act(self, action: Any, **kwargs: Any) -> None:
+        try:
+            action(**kwargs)
+        except Exception as exc:  # shown, never raised into the event loop
+            self.message.value = f"{type(exc).__name__}: {exc}"
+
+    def _scale(self, delta: int) -> None:
+        workers = int(self.model.status.get("workers") or 1) + delta
+        if workers < 1:
+            self.message.value = "a job needs at least one worker"
+            return
+        self.message.value = f"scaling to {workers} workers at the next checkpoint..."
+        self._act(self.job.scale, workers=workers)
+
+    # --- drawing -------------------------------------------------------------------
+    def refresh(self, force: bool = False) -> None:
+        now = time.monotonic()
+        if not force and now - self._last_draw < 1 / MAX_REDRAWS_PER_SECOND:
+            return
+        self._last_draw = now
+        self.model.update()
+        m = self.model
+        status = m.status
+        self.job_state = status.get("state", "pending")
+        self.rows = [self._row(p) for p in m.processes()]
+        self.aggregate_images_per_sec = m.aggregate_images_per_sec()
+        self.stragglers = m.stragglers()
+        self.launch_progress = m.launch_progress()
+        self.time_to_first_step = m.time_to_first_step()
+        self._draw()
+        self.redraws += 1
+
+    def _row(self, p: dict[str, Any]) -> dict[str, Any]:
+        heartbeat = p.get("heartbeat")
+        return {
+            "role": p["role"],
+            "rank": p["index"],
+            "host": p.get("host"),
+            "pid": p.get("pid"),
+            "state": p["state"],
+            "step": p.get("step"),
+            "images_per_sec": p.get("images_per_sec"),
+            "loss": p.get("loss"),
+            "since_heartbeat": None if heartbeat is None else max(0.0, time.time() - heartbeat),
+        }
+
+    def _draw(self) -> None:
+        state = self.job_state
+        colour = STATE_COLOURS.get(state, "#000")
+        parts = [
+            f"<b>{html.escape(self.job.id)}</b>",
+            f"<span style='color:{colour};font-weight:bold'>{state}</span>",
+        ]
+        if state == "launching":
+            parts.append(self.launch_progress)
+        if self.time_to_first_step is not None:
+            parts.append(f"first step after {self.time_to_first_step:.1f} s")
+        parts.append(f"<b>{self.aggregate_images_per_sec:,.0f}</b> images/sec")
+        if self.stragglers:
+            parts.append(
+                "<span style='color:#a00'>straggling: " + ", ".join(self.stragglers) + "</span>"
+            )
+        error = self.model.status.get("error")
+        if error:
+            parts.append(f"<span style='color:#a00'>{html.escape(error)}</span>")
+        self.header.value = " &middot; ".join(parts)
+        self.table.value = self._table_html()
+        self.chart.value = self._chart_svg()
+        done, eta = self.model.progress()
+        self.bar.value = done
+        self.eta.value = f"{done:.0%}" + (f", ETA {eta:.0f} s" if eta is not None else "")
+        finished = state in FINAL_STATES
+        for button in (self.stop_button, self.minus_button, self.plus_button):
+            button.disabled = finished
+        labels = [f"{r['role']}-{r['rank']}" for r in self.rows]
+        if list(self.rank_picker.options) != labels:
+            self.rank_picker.options = labels
+        self.log_view.layout.display = "block" if self.logs_button.value else "none"
+        if self.logs_button.value and self.rank_picker.value:
+            self.log_view.value = self._log_tail(self.rank_picker.value)
+
+    def _table_html(self) -> str:
+        head = ("role", "rank", "host", "pid", "state", "step", "images/sec", "loss", "heartbeat")
+        out = ["<table style='border-collapse:collapse;font-family:monospace'><tr>"]
+        out += [f"<th style='padding:0 8px;text-align:left'>{h}</th>" for h in head]
+        out.append("</tr>")
+        for r in self.rows:
+            label = f"{r['role']}-{r['rank']}"
+            style = "background:#fdd" if label in self.stragglers else ""
+            colour = STATE_COLOURS.get(r["state"], "#000")
+            cells = [
+                r["role"],
+                r["rank"],
+                r["host"] or "-",
+                r["pid"] or "-",
+                f"<span style='color:{colour}'>{r['state']}</span>",
+                _fmt(r["step"]),
+                _fmt(r["images_per_sec"], ",.0f"),
+                _fmt(r["loss"], ".4f"),
+                "-" if r["since_heartbeat"] is None else f"{r['since_heartbeat']:.0f} s ago",
+            ]
+            out.append(f"<tr style='{style}'>")
+            out += [f"<td style='padding:0 8px'>{c}</td>" for c in cells]
+            out.append("</tr>")
+        out.append("</table>")
+        return "".join(out)
+
+    def _chart_svg(self, width: int = 520, height: int = 140) -> str:
+        series = {k: list(v) for k, v in sorted(self.model.series.items()) if v}
+        if not series:
+            return ""
+        xs = [s for pts in series.values() for s, _ in pts]
+        ys = [y for pts in series.values() for _, y in pts]
+        x0, x1 = min(xs), max(max(xs), min(xs) + 1)
+        y1 = max(ys) * 1.1 or 1.0
+        lines = []
+        for i, (label, pts) in enumerate(series.items()):
+            colour = LINE_COLOURS[i % len(LINE_COLOURS)]
+            path = " ".join(
+                f"{40 + (s - x0) / (x1 - x0) * (width - 50):.1f},"
+                f"{height - 20 - y / y1 * (height - 30):.1f}"
+                for s, y in pts
+            )
+            lines.append(
+                f"<polyline fill='none' stroke='{colour}' stroke-width='1.5' "
+                f"points='{path}'><title>{label}</title></polyline>"
+            )
+            lines.append(
+                f"<text x='{width - 100}' y='{14 + 12 * i}' font-size='10' "
+                f"fill='{colour}'>{label}</text>"
+            )
+        axis = (
+            f"<text x='0' y='12' font-size='10'>{y1:,.0f}</text>"
+            f"<text x='0' y='{height - 20}' font-size='10'>0</text>"
+            f"<text x='40' y='{height - 4}' font-size='10'>step {x0}</text>"
+            f"<text x='{width - 60}' y='{height - 4}' font-size='10'>step {x1}</text>"
+        )
+        return (
+            f"<div>images/sec per step</div><svg width='{width}' height='{height}' "
+            f"style='border:1px solid #ddd'>{axis}{''.join(lines)}</svg>"
+        )
+
+    def _log_tail(self, label: str, lines: int = 40) -> str:
+        role, _, index = label.rpartition("-")
+        path = self.job.dir.log_file(role, int(index))
+        try:
+            text = path.read_text(errors="replace")
+        except FileNotFoundError:
+            text = ""
+        tail = "\n".join(text.splitlines()[-lines:])
+        return f"<pre style='max-height:20em;overflow:auto'>{html.escape(tail)}</pre>"
+
+
+class TextSummary:
+    """The terminal's view: one line every few seconds, and one at the end."""
+
+    def __init__(self, job: Job, every: float = 5.0, out: Any = None):
+        self.model = JobModel(job)
+        self.every = every
+        self.out = out or sys.stdout
+        self._last = 0.0
+        self._printed_final = False
+
+    def refresh(self, force: bool = False) -> None:
+        now = time.monotonic()
+        if not force and now - self._last < self.every:
+            return
+        self._last = now
+        self.model.update()
+        state = self.model.status.get("state")
+        if state in FINAL_STATES:
+            if self._printed_final:
+                return
+            self._printed_final = True
+        done, eta = self.model.progress()
+        steps = [p.get("step") or 0 for p in self.model.processes()]
+        print(
+            f"[{self.model.job.id}] {state}: {self.model.launch_progress()}, "
+            f"step {max(steps, default=0)}"
+            + (f"/{self.model.total_steps}" if self.model.total_steps else "")
+            + f", {self.model.aggregate_images_per_sec():,.0f} images/sec"
+            + (f", ETA {eta:.0f} s" if eta else ""),
+            file=self.out,
+            flush=True,
+        )
+
+
+def _in_kernel() -> bool:
+    shell = get_ipython()
+    return shell is not None and getattr(shell, "kernel", None) is not None
+
+
+def make_view(job: Job) -> JobWidget | TextSummary:
+    """The job's widget in a notebook (displayed now), a text summary in a terminal."""
+    if not _in_kernel():
+        return TextSummary(job)
+    widget = JobWidget(job)
+    display(widget)
+    return widget
+
+
+def wait_with_view(job: Job, view: JobWidget | TextSummary, **wait: Any) -> str:
+    """Wait for the job, refreshing the view and, in a kernel, handling its buttons.
+
+    The cell keeps running (so "Run All" waits for training to end), while
+    jupyter_ui_poll lets widget events through and holds back other cells.
+    """
+    if not _in_kernel():
+        try:
+            return job.wait(on_tick=view.refresh, **wait)
+        finally:
+            view.refresh(force=True)
+    from jupyter_ui_poll import ui_events
+
+    with ui_events() as poll:
+
+        def tick() -> None:
+            poll(50)
+            view.refresh()
+
+        try:
+            return job.wait(on_tick=tick, **wait)
+        finally:
+            view.refresh(force=True)
+
+
+def follow_in_background(job: Job, view: JobWidget | TextSummary) -> None:
+    """Keep a --background job's widget live until the job ends."""
+    if isinstance(view, TextSummary):
+        return
+
+    def follow() -> None:
+        while not job.done:
+            view.refresh()
+            time.sleep(1 / MAX_REDRAWS_PER_SECOND)
+        view.refresh(force=True)
+
+    threading.Thread(target=follow, name=f"view-{job.id}", daemon=True).start()

@@ -1,0 +1,210 @@
+"""Instruments Keras ``Model.fit`` with no change to the user's code.
+
+An import hook waits for Keras's training module to load, then wraps
+``Model.fit`` so that every call gets two callbacks:
+
+- :class:`StepMetrics`-style reporting of per-step time, images, images/sec and
+  loss (images per step from ``batch_size``, the dataset's static batch
+  dimension, or ``--batch-size``);
+- ``BackupAndRestore`` into the job's ``checkpoints/`` plus a check, at each
+  epoch end, of the supervisor's checkpoint request: when it is set, every
+  replica agrees on it (one tiny allreduce), the epoch's backup is kept, and
+  the process exits with ``CHECKPOINT_EXIT`` so the job can restart at a new
+  size and resume from that epoch.
+
+TensorFlow is never imported here before the user's program imports it.
+"""
+
+from __future__ import annotations
+
+import importlib.abc
+import importlib.util
+import inspect
+import os
+import shutil
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from .. import instrument
+from ..metrics import reporter
+
+TRAINING_MODULE = "keras.src.engine.training"  # Keras 2.15 (TensorFlow 2.15's tf.keras)
+KERAS_DEFAULT_BATCH = 32
+
+
+def images_per_step(x: Any, batch_size: int | None) -> int | None:
+    """Images in one step of ``fit(x, batch_size=...)``, when it can be known."""
+    if batch_size:
+        return int(batch_size)
+    env = os.environ.get("JUPYTER_DISTRAIN_BATCH_SIZE")
+    element_spec = getattr(x, "element_spec", None)
+    if element_spec is not None:  # a tf.data.Dataset
+        first = element_spec[0] if isinstance(element_spec, tuple) else element_spec
+        first = next(iter(first.values())) if isinstance(first, dict) else first
+        shape = getattr(first, "shape", None)
+        if shape is not None and shape.rank and shape[0] is not None:
+            return int(shape[0])
+        return int(env) if env else None
+    if hasattr(x, "shape") or isinstance(x, list | tuple | dict):
+        return KERAS_DEFAULT_BATCH  # arrays: Keras batches them by 32 by default
+    return int(env) if env else None
+
+
+def _horovod_size() -> int:
+    hvd = sys.modules.get("horovod.tensorflow")
+    try:
+        return hvd.size() if hvd is not None and hvd.is_initialized() else 0
+    except Exception:  # horovod imported but not initialised
+        return 0
+
+
+def make_callbacks(keras: Any, images: int | None) -> list[Any]:
+    """The callbacks added to every ``fit``: metrics first, then backup + checkpoint check."""
+
+    class StepMetrics(keras.callbacks.Callback):
+        def __init__(self) -> None:
+            super().__init__()
+            self._supports_tf_logs = True
+            self.step = 0
+            self.total_steps: int | None = None
+            self.epoch = 0
+
+        def on_train_begin(self, logs: Any = None) -> None:
+            steps, epochs = self.params.get("steps"), self.params.get("epochs")
+            self.total_steps = steps * epochs if steps and epochs else None
+
+        def on_epoch_begin(self, epoch: int, logs: Any = None) -> None:
+            self.epoch = epoch
+            steps = self.params.get("steps") or 0
+            self.step = max(self.step, epoch * steps)  # resumed runs start past step 0
+
+        def on_train_batch_begin(self, batch: int, logs: Any = None) -> None:
+            self.start = time.perf_counter()
+
+        def on_train_batch_end(self, batch: int, logs: Any = None) -> None:
+            seconds = time.perf_counter() - self.start
+            self.step += 1
+            record: dict[str, Any] = {"step": self.step, "time": time.time(), "epoch": self.epoch}
+            if images:
+                record.update(images=images, images_per_sec=images / seconds)
+            loss = (logs or {}).get("loss")
+            if loss is not None:
+                record["loss"] = float(loss)
+            if self.total_steps:
+                record["total_steps"] = self.total_steps
+            sender = reporter()
+            if sender is not None:
+                sender.report(record)
+
+        def on_epoch_end(self, epoch: int, logs: Any = None) -> None:
+            sender = reporter()
+            if sender is not None:
+                scalars = {k: float(v) for k, v in (logs or {}).items()}
+                sender.report({"epoch_end": epoch, "time": time.time(), **scalars})
+
+    class CheckpointOnRequest(keras.callbacks.Callback):
+        def on_epoch_end(self, epoch: int, logs: Any = None) -> None:
+            if _agreed(self.model, instrument.should_checkpoint()):
+                print(f"jupyter_distrain: checkpointed after epoch {epoch}; restarting", flush=True)
+                raise SystemExit(instrument.CHECKPOINT_EXIT)
+
+    callbacks = [StepMetrics()]
+    backup_dir = _backup_dir()
+    if backup_dir is not None:
+        callbacks += [
+            keras.callbacks.BackupAndRestore(str(backup_dir), delete_checkpoint=False),
+            CheckpointOnRequest(),
+        ]
+    return callbacks
+
+
+def _agreed(model: Any, flag: bool) -> bool:
+    """The checkpoint request, agreed by every replica (the max over them)."""
+    import tensorflow as tf
+
+    if _horovod_size() > 1:
+        import horovod.tensorflow as hvd
+
+        votes = hvd.allreduce(tf.constant(int(flag)), op=hvd.Sum, name="distrain_checkpoint")
+        return bool(votes > 0)
+    strategy = model.distribute_strategy
+    if strategy.num_replicas_in_sync > 1 and not isinstance(
+        strategy, tf.distribute.experimental.ParameterServerStrategy
+    ):
+        local = strategy.run(lambda: tf.constant(int(flag)))
+        return bool(strategy.reduce(tf.distribute.ReduceOp.MAX, local, axis=None))
+    return flag
+
+
+def _backup_dir() -> Path | None:
+    """Where this process keeps its Keras backup; None where BackupAndRestore cannot run.
+
+    Under Horovod every rank restores from rank 0's backup (copied into its own
+    directory first, since ranks must not write to the same files), so a job
+    restarted at a new size resumes every rank from the same epoch.
+    """
+    if os.environ.get("JUPYTER_DISTRAIN_BACKEND") in ("ps", "plain"):
+        return None  # BackupAndRestore does not support ParameterServerStrategy
+    base = instrument.checkpoint_dir() / "keras-backup"
+    rank = int(os.environ.get("JUPYTER_DISTRAIN_RANK", "0"))
+    if _horovod_size() <= 1 or rank == 0:
+        return base
+    own = base.with_name(f"keras-backup-rank{rank}")
+    shutil.rmtree(own, ignore_errors=True)
+    if base.exists():
+        shutil.copytree(base, own)
+    return own
+
+
+def wrap_fit(training_module: Any) -> None:
+    """Replace ``Model.fit`` with a version that adds the callbacks above."""
+    model_cls = training_module.Model
+    original = model_cls.fit
+    if getattr(original, "_distrain_wrapped", False):
+        return
+    signature = inspect.signature(original)
+    import keras
+
+    def fit(self: Any, *args: Any, **kwargs: Any) -> Any:
+        bound = signature.bind(self, *args, **kwargs)
+        arguments = bound.arguments
+        extra = make_callbacks(
+            keras, images_per_step(arguments.get("x"), arguments.get("batch_size"))
+        )
+        arguments["callbacks"] = [*(arguments.get("callbacks") or []), *extra]
+        return original(*bound.args, **bound.kwargs)
+
+    fit._distrain_wrapped = True  # type: ignore[attr-defined]
+    fit.__doc__ = original.__doc__
+    model_cls.fit = fit
+
+
+class _PatchOnImport(importlib.abc.MetaPathFinder):
+    """Runs :func:`wrap_fit` right after Keras's training module has been executed."""
+
+    def find_spec(self, name: str, path: Any = None, target: Any = None) -> Any:
+        if name != TRAINING_MODULE:
+            return None
+        sys.meta_path.remove(self)  # once is enough
+        spec = importlib.util.find_spec(name)
+        if spec is None or spec.loader is None:
+            return None
+        loader = spec.loader
+        original_exec = loader.exec_module
+
+        def exec_module(module: Any) -> None:
+            original_exec(module)
+            wrap_fit(module)
+
+        loader.exec_module = exec_module  # type: ignore[method-assign]
+        return spec
+
+
+def install() -> None:
+    """Instrument Keras when (if ever) the program imports it."""
+    if TRAINING_MODULE in sys.modules:
+        wrap_fit(sys.modules[TRAINING_MODULE])
+    else:
+        sys.meta_path.insert(0, _PatchOnImport())

@@ -1,0 +1,250 @@
+"""Live metrics and the widget: the signed channel, Keras instrumentation, the view model,
+buttons while a cell runs, scaling by checkpoint and restart. Real jobs, real TensorFlow."""
+
+from __future__ import annotations
+
+import io
+import json
+import re
+import time
+
+import zmq
+from conftest import only_job, wait_for
+
+from jupyter_distrain import JobSpec, submit
+from jupyter_distrain.metrics import Collector, signature
+from jupyter_distrain.widget import JobModel, JobWidget, TextSummary
+
+KERAS_FIT = """\
+import numpy as np
+import tensorflow as tf
+import horovod.tensorflow.keras as hvd
+from sklearn.datasets import load_digits
+
+hvd.init()
+digits = load_digits()
+x = (digits.data / 16.0).astype("float32")[hvd.rank()::hvd.size()]
+y = digits.target[hvd.rank()::hvd.size()]
+model = tf.keras.Sequential([tf.keras.Input((64,)), tf.keras.layers.Dense(32, activation="relu"),
+                             tf.keras.layers.Dense(10)])
+model.compile(optimizer=hvd.DistributedOptimizer(tf.keras.optimizers.Adam(0.01)),
+              loss=tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+
+
+class Say(tf.keras.callbacks.Callback):
+    def on_epoch_begin(self, epoch, logs=None):
+        print(f"epoch {epoch} size {hvd.size()}", flush=True)
+        time.sleep(EPOCH_PAUSE)
+
+
+import time
+model.fit(x, y, batch_size=16, epochs=EPOCHS, verbose=0,
+          callbacks=[hvd.callbacks.BroadcastGlobalVariablesCallback(0), Say()])
+print("finished", flush=True)
+"""
+
+
+def test_collector_stores_signed_batches_and_counts_forgeries(tmp_path):
+    seen = []
+    collector = Collector("job-secret", tmp_path / "metrics.jsonl", seen.append).start()
+    ctx = zmq.Context()
+    push = ctx.socket(zmq.PUSH)
+    push.connect(collector.address)
+    good = b'{"role":"worker","rank":0,"step":1}\n{"role":"worker","rank":0,"step":2}\n'
+    push.send_multipart([good, signature(b"job-secret", good)])
+    forged = b'{"role":"worker","rank":0,"step":99}\n'
+    push.send_multipart([forged, signature(b"another-secret", forged)])
+    push.send_multipart([forged])  # unsigned
+    push.send_multipart([forged, b"0" * 64])
+    wait_for(lambda: collector.rejected == 3 and collector.records == 2, 5, what="delivery")
+    collector.stop()
+    push.close()
+    ctx.term()
+    stored = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in stored] == [1, 2]
+    assert seen == [{"role": "worker", "rank": 0, "step": 2}]
+
+
+def test_a_keras_job_drives_the_widget(jobs_root):
+    job = submit(JobSpec(code="EPOCHS, EPOCH_PAUSE = 4, 0.5\n" + KERAS_FIT, workers=2))
+    widget = JobWidget(job)
+    seen_running = []
+
+    def watch() -> None:
+        widget.refresh()
+        if widget.job_state == "running" and any(r["step"] for r in widget.rows):
+            seen_running.append([dict(r) for r in widget.rows])
+
+    started = time.monotonic()
+    assert job.wait(stream=False, on_tick=watch) == "succeeded"
+    elapsed = time.monotonic() - started
+    widget.refresh(force=True)
+    assert seen_running, "the widget never showed a running job with steps"
+    assert any(all(r["state"] == "running" and r["step"] for r in rows) for rows in seen_running)
+    # 899 and 898 samples per rank, batch 16: 57 steps per epoch, 4 epochs
+    assert [(r["role"], r["rank"], r["state"], r["step"]) for r in widget.rows] == [
+        ("worker", 0, "exited", 228),
+        ("worker", 1, "exited", 228),
+    ]
+    assert all(r["images_per_sec"] > 0 and r["loss"] is not None for r in widget.rows)
+    assert all(r["pid"] and r["host"] for r in widget.rows)
+    assert widget.time_to_first_step is not None and widget.time_to_first_step > 0
+    assert len(widget.model.series["worker-0"]) == 228
+    assert widget.model.progress()[0] == 1.0
+    assert widget.redraws <= elapsed * 4 + 3  # at most 4 redraws a second
+    assert "images/sec per step" in widget.chart.value and "polyline" in widget.chart.value
+    state = job.status()
+    assert state["metrics_rejected"] == 0 and state["metrics_records"] >= 456
+
+
+def test_attach_after_the_end_replays_every_stored_step(jobs_root):
+    job = submit(JobSpec(code="EPOCHS, EPOCH_PAUSE = 2, 0\n" + KERAS_FIT, workers=2))
+    job.wait(stream=False)
+    records = [json.loads(line) for line in job.dir.metrics_file.read_text().splitlines()]
+    steps = [r for r in records if "step" in r]
+    assert len(steps) == 2 * 114
+    model = JobModel(type(job).attach(job.id))
+    model.update()
+    assert sum(len(s) for s in model.series.values()) == len(steps)
+    assert [s for s, _ in model.series["worker-1"]] == list(range(1, 115))
+    out = io.StringIO()
+    TextSummary(type(job).attach(job.id), out=out).refresh(force=True)
+    assert f"[{job.id}] succeeded" in out.getvalue() and "step 114/114" in out.getvalue()
+
+
+def test_custom_loop_reports_through_the_api(jobs_root):
+    code = (
+        "import time, jupyter_distrain\n"
+        "for step in range(1, 51):\n"
+        "    with jupyter_distrain.timed_step(images=8) as s:\n"
+        "        time.sleep(0.002)\n"
+        "        s['loss'] = 1.0 / step\n"
+        "jupyter_distrain.report(step=51, images=8, loss=0.01, accuracy=0.9)\n"
+    )
+    job = submit(JobSpec(code=code, workers=2, backend="plain"))
+    assert job.wait(stream=False) == "succeeded"
+    records = [json.loads(line) for line in job.dir.metrics_file.read_text().splitlines()]
+    rank0 = [r for r in records if r.get("rank") == 0 and "step" in r]
+    assert [r["step"] for r in rank0] == list(range(1, 52))
+    assert rank0[-1]["accuracy"] == 0.9 and rank0[0]["loss"] == 1.0
+    assert all(0 < r["images_per_sec"] < 8 / 0.002 for r in rank0[:50])
+
+
+def _comm_opens(out):
+    return {
+        m["content"]["data"]["state"].get("description"): m["content"]["comm_id"]
+        for m in out.messages
+        if m["msg_type"] == "comm_open"
+        and m["content"].get("data", {}).get("state", {}).get("_model_name") == "ButtonModel"
+    }
+
+
+def test_stop_button_works_while_the_cell_runs_and_run_all_waits(kernel, jobs_root):
+    cell = (
+        "%%distributed --workers 2 --grace 2\n"
+        "import time, jupyter_distrain\n"
+        "for step in range(600):\n"
+        "    jupyter_distrain.report(step=step, images=1)\n"
+        "    time.sleep(0.1)\n"
+    )
+    running_cell = kernel.submit(cell)
+    queued_cell = kernel.submit("print('next cell ran')")  # like "Run All"
+    job = wait_for(
+        lambda: only_job(jobs_root) if list(jobs_root.iterdir()) else None, 30, what="the job"
+    )
+    wait_for(lambda: job.read_state()["state"] == "running", 30, what="running")
+    # the widget's Stop button: find its comm and click it, as the browser would
+    out_so_far = []
+
+    def buttons():
+        while True:
+            try:
+                msg = kernel.kc.get_iopub_msg(timeout=0.2)
+            except Exception:
+                break
+            out_so_far.append(msg)
+        fake = type("O", (), {"messages": out_so_far})
+        return _comm_opens(fake)
+
+    ids = wait_for(lambda: buttons().get("Stop") and buttons(), 30, what="the Stop button")
+    time.sleep(1.0)
+    assert job.read_state()["state"] == "running"
+    kernel.kc.session.send(
+        kernel.kc.shell_channel.socket,
+        kernel.kc.session.msg(
+            "comm_msg",
+            {"comm_id": ids["Stop"], "data": {"method": "custom", "content": {"event": "click"}}},
+        ),
+    )
+    wait_for(lambda: job.read_state()["state"] == "stopped", 15, what="the click to stop the job")
+    kernel.collect(running_cell, timeout=60)
+    nxt = kernel.collect(queued_cell, timeout=60)
+    assert "next cell ran" in nxt.stdout
+
+
+def test_scaling_a_keras_job_restarts_it_from_its_checkpoint(jobs_root):
+    job = submit(JobSpec(code="EPOCHS, EPOCH_PAUSE = 8, 1.0\n" + KERAS_FIT, workers=2, grace=3))
+    log0 = job.dir.log_file("worker", 0)
+    wait_for(lambda: log0.exists() and "epoch 1 size 2" in log0.read_text(), 120, what="epoch 1")
+    job.scale(3)
+    assert job.wait(stream=False, timeout=300) == "succeeded"
+    text = log0.read_text()
+    before = [int(e) for e in re.findall(r"^epoch (\d+) size 2$", text, re.M)]
+    after = [int(e) for e in re.findall(r"^epoch (\d+) size 3$", text, re.M)]
+    assert after, text[-2000:]
+    assert after[0] == before[-1] + 1  # resumed after the last epoch checkpointed
+    assert after[-1] == 7
+    assert "epoch" in job.dir.log_file("worker", 2).read_text()
+    status = job.status()
+    assert status["generation"] == 1 and status["workers"] == 3
+    assert [p["state"] for p in status["processes"]] == ["exited"] * 3
+    kinds = [e["event"] for e in job.dir.read_events()]
+    assert "scale_requested" in kinds and "restart" in kinds
+
+
+ELASTIC = """\
+import os
+import time
+import tensorflow as tf
+import horovod.tensorflow as hvd
+
+hvd.init()
+state = hvd.elastic.TensorFlowState(variables=[tf.Variable(0.0)], step=0, sizes=[])
+
+
+@hvd.elastic.run
+def train(state):
+    while state.step < STEPS:
+        hvd.allreduce(tf.constant(1.0), op=hvd.Sum)
+        if not state.sizes or state.sizes[-1] != hvd.size():
+            state.sizes.append(hvd.size())
+            print(f"rank {hvd.rank()} size {hvd.size()} pid {os.getpid()} step {state.step}",
+                  flush=True)
+        state.step += 1
+        time.sleep(0.05)
+        state.commit()
+
+
+train(state)
+print(f"done rank {hvd.rank()} size {hvd.size()} pid {os.getpid()}", flush=True)
+"""
+
+
+def test_elastic_horovod_scales_without_restarting_running_ranks(jobs_root):
+    job = submit(JobSpec(code="STEPS = 400\n" + ELASTIC, workers=2, grace=3))
+    wait_for(lambda: job.state == "running", 60, what="running")
+    logs = [job.dir.log_file("worker", i) for i in range(2)]
+    wait_for(lambda: all(p.exists() and "size 2" in p.read_text() for p in logs), 120,
+             what="training at size 2")
+    pids_before = {p["index"]: p["pid"] for p in job.status()["processes"]}
+    job.scale(3)
+    assert job.wait(stream=False, timeout=300) == "succeeded", job.logs()[-3000:]
+    procs = {p["index"]: p for p in job.status()["processes"]}
+    assert procs[0]["pid"] == pids_before[0] and procs[1]["pid"] == pids_before[1]
+    assert len(procs) == 3 and procs[2]["pid"] not in pids_before.values()
+    for i in range(3):
+        assert re.search(r"^done rank \d size 3 pid \d+$", job.dir.log_file("worker", i).read_text(),
+                         re.M), job.dir.log_file("worker", i).read_text()[-2000:]
+    text0 = logs[0].read_text()
+    assert f"pid {pids_before[0]}" in text0 and "size 3" in text0
+    assert any(e["event"] == "scaled_in_place" for e in job.dir.read_events())
