@@ -35,6 +35,6 @@ __all__ = [
 
 def load_ipython_extension(ipython: Any) -> None:
     """``%load_ext jupyter_distrain``: register ``%%distributed`` and ``%distributed``."""
-    from .magics import DistributedMagics
+    from .magics import register
 
-    ipython.register_magics(DistributedMagics)
+    register(ipython)

@@ -7,11 +7,12 @@ the job.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import pickle
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -35,6 +36,17 @@ class JobFailed(RuntimeError):
         if self.tail:
             lines += ["", *self.tail.splitlines()]
         return lines
+
+
+class JobInterrupted(Exception):
+    """The cell waiting for a job was interrupted (as an async cell); the job was stopped."""
+
+    def __init__(self, job_id: str, state: str):
+        super().__init__(f"interrupted: job {job_id} {state}")
+        self.job_id, self.state = job_id, state
+
+    def _render_traceback_(self) -> list[str]:
+        return [f"KeyboardInterrupt: job {self.job_id} {self.state}"]
 
 
 def _label(log_path: Path) -> str:
@@ -204,35 +216,78 @@ class Job:
 
         Interrupting the wait (Ctrl-C, the kernel's interrupt) stops the job, unless
         ``stop_on_interrupt`` is false. ``on_tick`` is called on every poll (a view's
-        refresh, UI event processing).
-        Returns the final state; raises :class:`JobFailed` when it failed.
+        refresh). Returns the final state; raises :class:`JobFailed` when it failed.
         """
         out = out or sys.stdout
-        tail = LogTail(self.dir, from_start=from_start) if stream else None
-        deadline = None if timeout is None else time.monotonic() + timeout
         try:
-            while True:
-                done = self.done  # read before the logs, so no line is missed at the end
-                if tail is not None:
-                    for line in tail.read():
-                        print(line, file=out, flush=True)
-                if on_tick is not None:
-                    on_tick()
-                if done:
-                    break
-                if deadline is not None and time.monotonic() > deadline:
-                    raise TimeoutError(f"job {self.id} still {self.state} after {timeout} s")
+            for _ in self._follow(timeout, stream, out, from_start, on_tick):
                 time.sleep(STREAM_POLL_SECONDS)
         except KeyboardInterrupt:
+            self._interrupted(out, stop_on_interrupt)
+            raise
+        return self._outcome()
+
+    async def wait_async(
+        self,
+        timeout: float | None = None,
+        stream: bool = True,
+        out: TextIO | None = None,
+        from_start: bool = True,
+        stop_on_interrupt: bool = True,
+        on_tick: Callable[[], None] | None = None,
+    ) -> str:
+        """:meth:`wait` for an event loop: it stays free between polls, so a kernel can
+        handle widget events (the Stop button) while a cell waits for its job."""
+        out = out or sys.stdout
+        try:
+            for _ in self._follow(timeout, stream, out, from_start, on_tick):
+                await asyncio.sleep(STREAM_POLL_SECONDS)
+        except KeyboardInterrupt:
+            self._interrupted(out, stop_on_interrupt)
+            raise
+        except asyncio.CancelledError:  # how a kernel interrupts an async cell
+            self._interrupted(out, stop_on_interrupt)
             if not stop_on_interrupt:
                 raise
-            print(f"Interrupted: stopping job {self.id} ...", file=out, flush=True)
-            state = self.stop()
-            print(f"Job {self.id} {state}.", file=out, flush=True)
-            raise
+            # a plain exception, so the cell shows one line and "Run All" stops here
+            raise JobInterrupted(self.id, self.state) from None
+        return self._outcome()
+
+    def _follow(
+        self,
+        timeout: float | None,
+        stream: bool,
+        out: TextIO,
+        from_start: bool,
+        on_tick: Callable[[], None] | None,
+    ) -> Iterator[None]:
+        """Print new log lines and tick until the job ends; yields between polls."""
+        tail = LogTail(self.dir, from_start=from_start) if stream else None
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            done = self.done  # read before the logs, so no line is missed at the end
+            if tail is not None:
+                for line in tail.read():
+                    print(line, file=out, flush=True)
+            if on_tick is not None:
+                on_tick()
+            if done:
+                break
+            if deadline is not None and time.monotonic() > deadline:
+                raise TimeoutError(f"job {self.id} still {self.state} after {timeout} s")
+            yield
         if tail is not None:
             for line in tail.flush():
                 print(line, file=out, flush=True)
+
+    def _interrupted(self, out: TextIO, stop: bool) -> None:
+        if not stop:
+            return
+        print(f"Interrupted: stopping job {self.id} ...", file=out, flush=True)
+        state = self.stop()
+        print(f"Job {self.id} {state}.", file=out, flush=True)
+
+    def _outcome(self) -> str:
         status = self.status()
         if status["state"] == "failed":
             raise JobFailed(

@@ -22,7 +22,7 @@ from .job import Job, JobFailed
 from .plugins import BACKENDS, LAUNCHERS, plugin_names
 from .spec import JobSpec, SpecError, parse_env_pairs, parse_names
 from .store import FINAL_STATES
-from .widget import follow_in_background, make_view, wait_with_view
+from .widget import follow_in_background, make_view, wait_with_view, wait_with_view_async
 
 
 def _job_line(job: Job) -> str:
@@ -99,6 +99,12 @@ class DistributedMagics(Magics):
         help="bind rank 0's `result` to this notebook variable",
     )
     @argument(
+        "--batch-size",
+        type=int,
+        default=None,
+        help="images per step for the metrics, where Keras cannot tell",
+    )
+    @argument(
         "--background", action="store_true", help="return a Job handle at once instead of waiting"
     )
     @line_cell_magic
@@ -110,6 +116,26 @@ class DistributedMagics(Magics):
         """
         if cell is None:
             return self._line_command(line)
+        job, spec, args, view = self._start(line, cell)
+        if args.background:
+            follow_in_background(job, view)
+            return job
+        wait_with_view(job, view)
+        self._bind_out(job, spec)
+        return None
+
+    async def distributed_async(self, line: str, cell: str) -> Any:
+        """The cell form, when a kernel runs it as an async cell (see ``async_cell``)."""
+        job, spec, args, view = self._start(line, cell)
+        if args.background:
+            follow_in_background(job, view)
+            return job
+        await wait_with_view_async(job, view)
+        self._bind_out(job, spec)
+        return None
+
+    def _start(self, line: str, cell: str) -> tuple[Job, JobSpec, Any, Any]:
+        """Parse, check and submit; show the job's view."""
         args = parse_argstring(self.distributed, line)
         try:
             spec = JobSpec(
@@ -139,14 +165,11 @@ class DistributedMagics(Magics):
             f"({job.backend_reason}); launcher {spec.launcher}",
             flush=True,
         )
-        view = make_view(job)
-        if args.background:
-            follow_in_background(job, view)
-            return job
-        wait_with_view(job, view)
+        return job, spec, args, make_view(job)
+
+    def _bind_out(self, job: Job, spec: JobSpec) -> None:
         if spec.out:
             self.shell.user_ns[spec.out] = job.result()
-        return None
 
     def _warn_undefined(self, spec: JobSpec) -> None:
         names = [n for n in undefined_names(spec.code) if n not in spec.push]
@@ -225,3 +248,35 @@ class DistributedMagics(Magics):
         view.refresh(force=True)
         self._print_status(job)
         return job
+
+
+CELL_MAGIC = "%%distributed"
+
+
+def async_cell(lines: list[str]) -> list[str]:
+    """An IPython input transformer: in a kernel, run ``%%distributed`` cells as async cells.
+
+    The cell becomes one ``await`` of :meth:`DistributedMagics.distributed_async`, so
+    the kernel's event loop is free while the job runs: widget events (Stop, scale,
+    Logs) are handled, and the next cell still waits for this one to finish.
+    """
+    if not lines or not lines[0].startswith(CELL_MAGIC):
+        return lines
+    first = lines[0].rstrip("\n")
+    arguments = first[len(CELL_MAGIC) :]
+    if arguments and not arguments[0].isspace() or first.endswith("?"):
+        return lines  # another magic's name, or a help request
+    body = "".join(lines[1:])
+    return [
+        "await get_ipython().find_cell_magic('distributed').__self__"
+        f".distributed_async({arguments.strip()!r}, {body!r})\n"
+    ]
+
+
+def register(shell: Any) -> None:
+    """Register the magics, and the async form of the cell magic where a kernel runs."""
+    shell.register_magics(DistributedMagics)
+    if getattr(shell, "kernel", None) is not None and async_cell not in (
+        shell.input_transformers_cleanup
+    ):
+        shell.input_transformers_cleanup.append(async_cell)

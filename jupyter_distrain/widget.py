@@ -390,28 +390,23 @@ def make_view(job: Job) -> JobWidget | TextSummary:
 
 
 def wait_with_view(job: Job, view: JobWidget | TextSummary, **wait: Any) -> str:
-    """Wait for the job, refreshing the view and, in a kernel, handling its buttons.
+    """Wait for the job (blocking), refreshing the view."""
+    try:
+        return job.wait(on_tick=view.refresh, **wait)
+    finally:
+        view.refresh(force=True)
 
-    The cell keeps running (so "Run All" waits for training to end), while
-    jupyter_ui_poll lets widget events through and holds back other cells.
+
+async def wait_with_view_async(job: Job, view: JobWidget | TextSummary, **wait: Any) -> str:
+    """Wait for the job on the kernel's event loop, refreshing the view.
+
+    The cell stays running (so "Run All" waits for training to end) while the
+    kernel, free between polls, handles the widget's buttons.
     """
-    if not _in_kernel():
-        try:
-            return job.wait(on_tick=view.refresh, **wait)
-        finally:
-            view.refresh(force=True)
-    from jupyter_ui_poll import ui_events
-
-    with ui_events() as poll:
-
-        def tick() -> None:
-            poll(50)
-            view.refresh()
-
-        try:
-            return job.wait(on_tick=tick, **wait)
-        finally:
-            view.refresh(force=True)
+    try:
+        return await job.wait_async(on_tick=view.refresh, **wait)
+    finally:
+        view.refresh(force=True)
 
 
 def follow_in_background(job: Job, view: JobWidget | TextSummary) -> None:

@@ -105,7 +105,8 @@ def test_interrupt_stops_every_process_within_grace(kernel, jobs_root):
     interrupted = time.monotonic()
     kernel.km.interrupt_kernel()
     out = kernel.collect(msg_id, timeout=60)
-    assert out.error is not None and out.error["ename"] == "KeyboardInterrupt"
+    # a %%distributed cell runs as an async cell in a kernel: the interrupt cancels it
+    assert out.error is not None and out.error["ename"] in ("KeyboardInterrupt", "JobInterrupted")
     wait_for(lambda: not any(running(p) for p in pids), grace + 2, what="every process gone")
     assert time.monotonic() - interrupted < grace + 2
     assert job.read_state()["state"] == "stopped"

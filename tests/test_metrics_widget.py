@@ -234,8 +234,11 @@ def test_elastic_horovod_scales_without_restarting_running_ranks(jobs_root):
     job = submit(JobSpec(code="STEPS = 400\n" + ELASTIC, workers=2, grace=3))
     wait_for(lambda: job.state == "running", 60, what="running")
     logs = [job.dir.log_file("worker", i) for i in range(2)]
-    wait_for(lambda: all(p.exists() and "size 2" in p.read_text() for p in logs), 120,
-             what="training at size 2")
+    wait_for(
+        lambda: all(p.exists() and "size 2" in p.read_text() for p in logs),
+        120,
+        what="training at size 2",
+    )
     pids_before = {p["index"]: p["pid"] for p in job.status()["processes"]}
     job.scale(3)
     assert job.wait(stream=False, timeout=300) == "succeeded", job.logs()[-3000:]
@@ -243,8 +246,9 @@ def test_elastic_horovod_scales_without_restarting_running_ranks(jobs_root):
     assert procs[0]["pid"] == pids_before[0] and procs[1]["pid"] == pids_before[1]
     assert len(procs) == 3 and procs[2]["pid"] not in pids_before.values()
     for i in range(3):
-        assert re.search(r"^done rank \d size 3 pid \d+$", job.dir.log_file("worker", i).read_text(),
-                         re.M), job.dir.log_file("worker", i).read_text()[-2000:]
+        assert re.search(
+            r"^done rank \d size 3 pid \d+$", job.dir.log_file("worker", i).read_text(), re.M
+        ), job.dir.log_file("worker", i).read_text()[-2000:]
     text0 = logs[0].read_text()
     assert f"pid {pids_before[0]}" in text0 and "size 3" in text0
     assert any(e["event"] == "scaled_in_place" for e in job.dir.read_events())
