@@ -39,7 +39,8 @@ import tensorflow as tf
 import horovod.tensorflow as hvd
 import jupyter_distrain
 hvd.init()
-state = hvd.elastic.TensorFlowState(variables=[tf.Variable(0.0)], step=0)
+model = tf.keras.Sequential([tf.keras.Input((4,)), tf.keras.layers.Dense(2)])
+state = hvd.elastic.TensorFlowKerasState(model, tf.keras.optimizers.legacy.SGD(0.01), step=0)
 
 @hvd.elastic.run
 def train(state):

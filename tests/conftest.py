@@ -12,14 +12,20 @@ import psutil
 import pytest
 from jupyter_client.manager import KernelManager
 
+from jupyter_distrain.job import Job
 from jupyter_distrain.store import JobDir, list_job_dirs
 
 
 @pytest.fixture(autouse=True)
 def jobs_root(tmp_path_factory, monkeypatch) -> Path:
+    """A private jobs root; every job a test leaves running is stopped at teardown."""
     root = tmp_path_factory.mktemp("jobs")
     monkeypatch.setenv("JUPYTER_DISTRAIN_ROOT", str(root))
-    return root
+    yield root
+    for job_dir in list_job_dirs(root):
+        job = Job(job_dir)
+        if not job.done:
+            job.stop()
 
 
 @dataclass

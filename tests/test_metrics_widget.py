@@ -209,7 +209,10 @@ import tensorflow as tf
 import horovod.tensorflow as hvd
 
 hvd.init()
-state = hvd.elastic.TensorFlowState(variables=[tf.Variable(0.0)], step=0, sizes=[])
+model = tf.keras.Sequential([tf.keras.Input((4,)), tf.keras.layers.Dense(2)])
+# Horovod's elastic state calls optimizer.variables(): a legacy optimizer's method
+optimizer = tf.keras.optimizers.legacy.SGD(0.01)
+state = hvd.elastic.TensorFlowKerasState(model, optimizer, step=0, sizes=[])
 
 
 @hvd.elastic.run

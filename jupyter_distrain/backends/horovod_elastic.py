@@ -10,11 +10,14 @@ without restarting.
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from typing import Any
 
 from ..launchers.base import LaunchedProcess, ProcessSpec, Slot
+
+log = logging.getLogger(__name__)
 
 WAIT_SECONDS = 0.2
 
@@ -84,7 +87,11 @@ class ElasticRun:
         proc = ProcessSpec(
             "worker", slot_info.local_rank, self.worker_argv, env, slot, [slot_info.rank]
         )
-        launched: LaunchedProcess = self.backend.start_process(proc)
+        try:
+            launched: LaunchedProcess = self.backend.start_process(proc)
+        except Exception:  # the driver's thread must return a result, or the job hangs
+            log.exception("cannot start %s", proc.label)
+            return 1, time.time()
         while launched.poll() is None:
             if any(e.is_set() for e in events):
                 launched.signal(15)

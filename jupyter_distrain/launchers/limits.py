@@ -20,17 +20,14 @@ log = logging.getLogger(__name__)
 CFS_PERIOD_US = 100_000
 
 
-def cpu_sets(n_workers: int, cpu: float | None) -> list[set[int] | None]:
-    """The cores each worker is pinned to; None when --cpu was not given."""
+def cpu_set(index: int, cpu: float | None) -> set[int] | None:
+    """The cores the ``index``-th worker is pinned to (round robin); None without --cpu."""
     if cpu is None:
-        return [None] * n_workers
+        return None
     available = sorted(os.sched_getaffinity(0))
     per_worker = max(1, min(len(available), math.ceil(cpu)))
-    sets = []
-    for i in range(n_workers):
-        start = (i * per_worker) % len(available)
-        sets.append({available[(start + k) % len(available)] for k in range(per_worker)})
-    return sets
+    start = (index * per_worker) % len(available)
+    return {available[(start + k) % len(available)] for k in range(per_worker)}
 
 
 def thread_env(cpu: float | None) -> dict[str, str]:

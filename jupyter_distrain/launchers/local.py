@@ -8,9 +8,10 @@ import signal
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 from .base import LaunchedProcess, Launcher, ProcessSpec, Slot
-from .limits import CpuQuota, cpu_sets, thread_env
+from .limits import CpuQuota, cpu_set, thread_env
 
 _PR_SET_PDEATHSIG = 1
 
@@ -39,16 +40,18 @@ class LocalLauncher(Launcher):
 
     name = "local"
 
-    def place(self, n: int) -> list[Slot]:
-        self._cpu_sets = cpu_sets(n, self.spec.cpu)
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
         self._quotas: list[CpuQuota] = []
+
+    def place(self, n: int) -> list[Slot]:
         return [
             Slot(host="localhost", address="127.0.0.1", index=i, local_index=i) for i in range(n)
         ]
 
     def start(self, proc: ProcessSpec, log_path: Path) -> LaunchedProcess:
         env = {**os.environ, **thread_env(self.spec.cpu), **self.spec.env, **proc.env}
-        cpus = self._cpu_sets[proc.slot.index] if proc.slot is not None else None
+        cpus = cpu_set(proc.slot.index, self.spec.cpu) if proc.slot is not None else None
 
         def preexec() -> None:
             _die_with_parent()
@@ -73,5 +76,5 @@ class LocalLauncher(Launcher):
         return LocalProcess(popen)
 
     def close(self) -> None:
-        for quota in getattr(self, "_quotas", []):
+        for quota in self._quotas:
             quota.close()
