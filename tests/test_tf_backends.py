@@ -107,14 +107,16 @@ def run(cluster, server, task_index):
     if SYNC:
         hooks.append(optimizer.make_session_run_hook(is_chief))
     rng = np.random.default_rng(task_index)
+    # talk only to the ps and this task: a worker that has finished takes its server along
+    config = tf.compat.v1.ConfigProto(device_filters=["/job:ps", f"/job:worker/task:{task_index}"])
     with tf.compat.v1.train.MonitoredTrainingSession(
-            master=server.target, is_chief=is_chief, hooks=hooks,
+            master=server.target, is_chief=is_chief, hooks=hooks, config=config,
             stop_grace_period_secs=2) as sess:
         while not sess.should_stop():
             batch = rng.integers(0, len(x_train), 64)
             sess.run(train_op, {x: x_train[batch], y: y_train[batch]})
     if is_chief:
-        with tf.compat.v1.Session(server.target) as plain:
+        with tf.compat.v1.Session(server.target, config=config) as plain:
             step, acc = plain.run([global_step, accuracy], {x: x_val, y: y_val})
         print(f"final global_step {step} accuracy {acc:.3f}", flush=True)
 """

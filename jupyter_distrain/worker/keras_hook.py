@@ -52,6 +52,14 @@ def images_per_step(x: Any, batch_size: int | None) -> int | None:
     return int(env) if env else None
 
 
+def _is_number(value: Any) -> bool:
+    try:
+        float(value)
+    except (TypeError, ValueError):
+        return False
+    return True
+
+
 def _horovod_size() -> int:
     hvd = sys.modules.get("horovod.tensorflow")
     try:
@@ -89,7 +97,9 @@ def make_callbacks(keras: Any, images: int | None) -> list[Any]:
             record: dict[str, Any] = {"step": self.step, "time": time.time(), "epoch": self.epoch}
             if images:
                 record.update(images=images, images_per_sec=images / seconds)
-            loss = (logs or {}).get("loss")
+            # under ParameterServerStrategy logs are a RemoteValue: fetching it would wait
+            # for the step (Keras only schedules it here), so the loss is left out
+            loss = logs.get("loss") if isinstance(logs, dict) else None
             if loss is not None:
                 record["loss"] = float(loss)
             if self.total_steps:
@@ -100,8 +110,8 @@ def make_callbacks(keras: Any, images: int | None) -> list[Any]:
 
         def on_epoch_end(self, epoch: int, logs: Any = None) -> None:
             sender = reporter()
-            if sender is not None:
-                scalars = {k: float(v) for k, v in (logs or {}).items()}
+            if sender is not None and isinstance(logs, dict):
+                scalars = {k: float(v) for k, v in logs.items() if _is_number(v)}
                 sender.report({"epoch_end": epoch, "time": time.time(), **scalars})
 
     class CheckpointOnRequest(keras.callbacks.Callback):
@@ -134,7 +144,7 @@ def _agreed(model: Any, flag: bool) -> bool:
         strategy, tf.distribute.experimental.ParameterServerStrategy
     ):
         local = strategy.run(lambda: tf.constant(int(flag)))
-        return bool(strategy.reduce(tf.distribute.ReduceOp.MAX, local, axis=None))
+        return bool(strategy.reduce(tf.distribute.ReduceOp.SUM, local, axis=None) > 0)
     return flag
 
 
