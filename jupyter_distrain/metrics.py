@@ -73,25 +73,21 @@ class Collector:
         poller.register(self._sock, zmq.POLLIN)
         with open(self.path, "ab") as out:
             while not self._stop.is_set():
-                if not poller.poll(100):
+                if poller.poll(100):
+                    self._receive_waiting(out)
+                else:
                     out.flush()
-                    continue
-                while True:
-                    try:
-                        frames = self._sock.recv_multipart(zmq.NOBLOCK)
-                    except zmq.Again:
-                        break
-                    self._accept(frames, out)
-            self._drain(out)
+            self._receive_waiting(out)
+            out.flush()
 
-    def _drain(self, out: Any) -> None:
+    def _receive_waiting(self, out: Any) -> None:
+        """Store every message already queued on the socket."""
         while True:
             try:
                 frames = self._sock.recv_multipart(zmq.NOBLOCK)
             except zmq.Again:
-                break
+                return
             self._accept(frames, out)
-        out.flush()
 
     def _accept(self, frames: list[bytes], out: Any) -> None:
         if len(frames) != 2 or not hmac.compare_digest(
