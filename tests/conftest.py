@@ -24,7 +24,7 @@ def jobs_root(tmp_path_factory, monkeypatch) -> Path:
     yield root
     for job_dir in list_job_dirs(root):
         job = Job(job_dir)
-        if not job.done:
+        if job_dir.read_control() is not None and not job.done:  # a supervisor was started
             job.stop()
 
 
