@@ -161,26 +161,15 @@ class Supervisor:
         argv = [python, "-m", "jupyter_distrain.worker"]
         procs = self.backend.plan(slots, argv, dict(self.worker_env))
         for proc in procs:
-            host = proc.slot.host if proc.slot else "localhost"
-            self.records[proc.label] = ProcessRecord(
-                proc.role,
-                proc.index,
-                host,
-                proc.ranks,
-                hosts_ranks=proc.hosts_ranks,
-                generation=self.generation,
-            )
-            for rank in proc.ranks if proc.hosts_ranks else []:
+            for rank in proc.ranks if proc.hosts_ranks else []:  # mpirun's ranks get rows
                 self.records[f"worker-{rank}"] = ProcessRecord(
                     "worker",
                     rank,
-                    host,
+                    proc.slot.host if proc.slot else "localhost",
                     [rank],
                     log=f"logs/worker-{rank}.log",
                     generation=self.generation,
                 )
-        self.save()
-        for proc in procs:
             self.start_process(proc)
         self.backend.start(argv, dict(self.worker_env))
         self.save()
@@ -308,7 +297,6 @@ class Supervisor:
         record = self.records.get(label)
         if record is None or record.pid != pid:
             return  # a process of an earlier generation, already accounted for
-        record = self.records[label]
         for rank in record.ranks if record.hosts_ranks else []:
             self.record_exit(self.records[f"worker-{rank}"], code)  # ranks that said no bye
         self.on_process_end(record, code)
