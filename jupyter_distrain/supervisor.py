@@ -35,7 +35,8 @@ from .store import FINAL_STATES, JobDir, ProcessRecord
 
 log = logging.getLogger("jupyter_distrain.supervisor")
 
-PERIODIC_CHECK_SECONDS = 0.5  # startup deadline, memory limits, orphan reaping
+PERIODIC_CHECK_SECONDS = 0.5  # startup deadline, memory limits, saving live metrics
+REAP_SECONDS = 5.0  # collecting orphans scans /proc: rare work, kept off the hot path
 TAIL_LINES = 20
 SCALE_TIMEOUT_SECONDS = 600.0  # how long workers may take to reach a checkpoint
 _PR_SET_CHILD_SUBREAPER = 36
@@ -209,7 +210,7 @@ class Supervisor:
 
     # --- the state machine ---------------------------------------------------
     def monitor(self) -> None:
-        next_check = 0.0
+        next_check = next_reap = 0.0
         while self.state not in FINAL_STATES:
             try:
                 kind, body = self.events.get(timeout=PERIODIC_CHECK_SECONDS)
@@ -240,7 +241,9 @@ class Supervisor:
                 )
             elif now >= next_check:
                 next_check = now + PERIODIC_CHECK_SECONDS
-                self.reap()
+                if now >= next_reap:
+                    next_reap = now + REAP_SECONDS
+                    self.reap()
                 if self.spec.memory is not None:
                     self.check_memory()
                 if self.scale_to is not None and now > self.scale_deadline:
