@@ -204,20 +204,9 @@ def reporter() -> Reporter | None:
     return _reporter
 
 
-def has_reporter() -> bool:
-    return _reporter is not None
-
-
-def read_metrics(path: Path) -> list[dict[str, Any]]:
-    """Every stored record of a job (heartbeats included), in arrival order."""
-    try:
-        data = path.read_bytes()
-    except FileNotFoundError:
-        return []
-    records = []
-    for line in data.splitlines():
-        try:
-            records.append(json.loads(line))
-        except ValueError:
-            continue  # a partly written last line
-    return records
+def close_reporter() -> None:
+    """Deliver what this process has buffered and close its reporter, if it made one."""
+    global _reporter
+    if _reporter is not None:
+        _reporter.close()
+        _reporter = None

@@ -179,9 +179,7 @@ def main() -> int:
     code = run_program(job_dir, path, program, mode, rank)
     sys.stdout.flush()
     sys.stderr.flush()
-    sender = metrics.reporter() if metrics.has_reporter() else None
-    if sender is not None:
-        sender.close()  # deliver the last records before saying bye
+    metrics.close_reporter()  # the last records arrive before the bye
     _tell_supervisor("bye", **me, pid=os.getpid(), code=code)
     return code
 
