@@ -22,6 +22,10 @@ $(STAMPS)/system:
 	  || { $(SUDO) apt-get update -q && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -q \
 	        --no-install-recommends libopenmpi-dev openmpi-bin cmake g++ make procps openssh-client; }
 	@$(PYTHON) -c 'import sys; assert sys.version_info >= (3, 11), "Python >= 3.11 is required"'
+	@# Debian's own python3 needs its venv and headers packages (Horovod compiles against them)
+	@$(PYTHON) -c 'import ensurepip, sysconfig, os; assert os.path.exists(sysconfig.get_paths()["include"] + "/Python.h")' 2>/dev/null \
+	  || { $(SUDO) apt-get update -q && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -q \
+	        --no-install-recommends python3-venv python3-dev; }
 	$(PYTHON) -m venv $(VENV)
 	$(PIP) install -q --upgrade "pip>=24" "setuptools<70" wheel packaging
 	@mkdir -p $(STAMPS) && touch $@
