@@ -84,14 +84,14 @@ def run_horovodrun(script: Path) -> tuple[float, float]:
     return first - started, rate
 
 
-def run_distributed(shell, code: str) -> tuple[float, float]:
+def run_distributed(shell, code: str, flags: str = "") -> tuple[float, float]:
     from jupyter_distrain.job import Job
 
     started = time.time()
     with open(os.devnull, "w") as devnull:
         stdout, sys.stdout = sys.stdout, devnull
         try:
-            job = shell.run_cell_magic("distributed", "--workers 2 --background", code)
+            job = shell.run_cell_magic("distributed", f"--workers 2 --background {flags}", code)
             job.wait(stream=False)
         finally:
             sys.stdout = stdout
@@ -104,6 +104,11 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--steps", type=int, default=600)
+    parser.add_argument(
+        "--no-instrument",
+        action="store_true",
+        help="switch off the Keras metrics in %%distributed (to see what they cost)",
+    )
     args = parser.parse_args()
 
     from IPython.core.interactiveshell import InteractiveShell
@@ -116,12 +121,15 @@ def main() -> int:
         shell = InteractiveShell.instance()
         shell.extension_manager.load_extension("jupyter_distrain")
         results: dict[str, list[tuple[float, float]]] = {"horovodrun": [], "distributed": []}
+        flags = "--env JUPYTER_DISTRAIN_INSTRUMENT=0" if args.no_instrument else ""
         for i in range(args.rounds):
             for name in (
                 ("horovodrun", "distributed") if i % 2 == 0 else ("distributed", "horovodrun")
             ):
                 res = (
-                    run_horovodrun(script) if name == "horovodrun" else run_distributed(shell, code)
+                    run_horovodrun(script)
+                    if name == "horovodrun"
+                    else run_distributed(shell, code, flags)
                 )
                 results[name].append(res)
                 print(
