@@ -227,20 +227,19 @@ class Job:
             raise
         return self._outcome()
 
-    async def wait_async(
-        self,
-        timeout: float | None = None,
-        stream: bool = True,
-        out: TextIO | None = None,
-        from_start: bool = True,
-        stop_on_interrupt: bool = True,
-        on_tick: Callable[[], None] | None = None,
-    ) -> str:
-        """:meth:`wait` for an event loop: it stays free between polls, so a kernel can
-        handle widget events (the Stop button) while a cell waits for its job."""
-        out = out or sys.stdout
+    async def wait_async(self, stop_on_interrupt: bool = True, **options: Any) -> str:
+        """:meth:`wait` (same options) for an event loop: the loop stays free between
+        polls, so a kernel handles widget events (the Stop button) while a cell waits."""
+        out = options.pop("out", None) or sys.stdout
+        steps = self._follow(
+            options.get("timeout"),
+            options.get("stream", True),
+            out,
+            options.get("from_start", True),
+            options.get("on_tick"),
+        )
         try:
-            for _ in self._follow(timeout, stream, out, from_start, on_tick):
+            for _ in steps:
                 await asyncio.sleep(STREAM_POLL_SECONDS)
         except KeyboardInterrupt:
             self._interrupted(out, stop_on_interrupt)
