@@ -3,11 +3,20 @@ for the new backends. Real processes and real TensorFlow servers."""
 
 from __future__ import annotations
 
+import sys
+
 import pytest
 from conftest import running, wait_for
 
-from jupyter_distrain import await_workers, launch_workers, run_cluster, stop_workers
-from jupyter_distrain.job import Job
+from jupyter_distrain import (
+    JobSpec,
+    await_workers,
+    launch_workers,
+    run_cluster,
+    stop_workers,
+    submit,
+)
+from jupyter_distrain.job import Job, JobFailed
 from jupyter_distrain.spec import SpecError
 from jupyter_distrain.store import list_job_dirs
 
@@ -114,3 +123,25 @@ def test_auto_backend_says_what_it_chose_and_why(kernel):
     out = kernel.execute("%%distributed --workers 1\nprint('ok')\n")
     assert out.error is None, out.error_text
     assert "backend horovod/gloo (horovod is installed with TensorFlow support)" in out.stdout
+
+
+def test_startup_timeout_names_the_processes_that_did_not_come_up(jobs_root, tmp_path):
+    slow_python = tmp_path / "slow-python"
+    slow_python.write_text(f'#!/bin/sh\nsleep 60\nexec {sys.executable} "$@"\n')
+    slow_python.chmod(0o755)
+    job = submit(
+        JobSpec(
+            code="print('never')\n",
+            workers=1,
+            ps=1,
+            backend="ps",
+            timeout=2,
+            python=str(slow_python),
+        )
+    )
+    with pytest.raises(JobFailed) as failure:
+        job.wait(stream=False, timeout=60)
+    message = str(failure.value)
+    assert "startup timeout" in message
+    assert "chief-0" in message and "worker-0" in message and "ps-0" in message
+    wait_for(lambda: not any(running(p) for p in job.pids()), 10, what="processes gone")
