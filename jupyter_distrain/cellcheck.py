@@ -27,8 +27,12 @@ def check_syntax(code: str, first_line: int = 2) -> None:
 
 
 def undefined_names(code: str) -> list[str]:
-    """Names the code reads but never binds anywhere (nor are builtins), sorted."""
-    tree = ast.parse(code)
+    """Names the code reads but never binds anywhere (nor are builtins), sorted.
+    Code that does not parse has none here: :func:`check_syntax` reports it."""
+    try:
+        tree = ast.parse(code)
+    except SyntaxError:
+        return []
     bound: set[str] = set()
     loaded: set[str] = set()
     for node in ast.walk(tree):

@@ -49,6 +49,13 @@ class JobInterrupted(Exception):
         return [f"KeyboardInterrupt: job {self.job_id} {self.state}"]
 
 
+def _alive(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
 def _label(log_path: Path) -> str:
     role, _, index = log_path.stem.rpartition("-")
     return f"[{index}]" if role == "worker" else f"[{log_path.stem}]"
@@ -121,10 +128,11 @@ class Job:
     def status(self) -> dict[str, Any]:
         """The job's state.json, corrected when its supervisor has vanished."""
         state = self.dir.read_state()
-        if state["state"] not in FINAL_STATES and not self.supervisor_alive():
-            ctl = self.dir.read_control()
-            if ctl is not None:  # it started once, and died without writing an end
-                state = {**state, "state": "failed", "error": "the supervisor died"}
+        if state["state"] in FINAL_STATES:
+            return state
+        ctl = self.dir.read_control()
+        if ctl is not None and not _alive(ctl["pid"]):  # started, died without an end
+            state = {**state, "state": "failed", "error": "the supervisor died"}
         return state
 
     @property
@@ -137,13 +145,7 @@ class Job:
 
     def supervisor_alive(self) -> bool:
         ctl = self.dir.read_control()
-        if ctl is None:
-            return True  # still starting: it writes control first thing
-        try:
-            proc = psutil.Process(ctl["pid"])
-            return proc.status() != psutil.STATUS_ZOMBIE
-        except psutil.NoSuchProcess:
-            return False
+        return ctl is None or _alive(ctl["pid"])  # no control yet: still starting
 
     def pids(self) -> list[int]:
         """Every pid the job has had: supervisor and processes."""

@@ -17,7 +17,7 @@ from IPython.core.magic_arguments import (
 )
 
 from . import api
-from .cellcheck import check_syntax, undefined_names
+from .cellcheck import undefined_names
 from .job import Job, JobFailed
 from .plugins import BACKENDS, LAUNCHERS, plugin_names
 from .spec import JobSpec, SpecError, parse_env_pairs, parse_names
@@ -155,7 +155,6 @@ class DistributedMagics(Magics):
                 out=args.out,
                 batch_size=args.batch_size,
             ).validate()
-            check_syntax(cell)
             self._warn_undefined(spec)
             job = api.submit(spec, self.shell.user_ns)
         except SpecError as exc:

@@ -56,6 +56,7 @@ class Supervisor:
         self.launched: dict[str, LaunchedProcess] = {}
         self.started_at = time.time()
         self.running_at: float | None = None
+        self.ended_at: float | None = None
         self.stop_requested = False
         self.launcher: Launcher | None = None
         self.backend: Backend | None = None
@@ -80,7 +81,7 @@ class Supervisor:
                 "supervisor_pid": os.getpid(),
                 "created": self.started_at,
                 "running_at": self.running_at,
-                "ended": time.time() if self.state in FINAL_STATES else None,
+                "ended": self.ended_at,
                 "error": self.error,
                 "error_tail": self.error_tail,
                 "processes": [asdict(r) for r in self.records.values()],
@@ -96,6 +97,8 @@ class Supervisor:
     def set_state(self, state: str, **event: Any) -> None:
         with self.lock:
             self.state = state
+            if state in FINAL_STATES:
+                self.ended_at = time.time()
         log.info("job %s -> %s %s", self.job.id, state, event or "")
         self.job.append_event("state", state=state, **event)
         self.save()

@@ -147,12 +147,7 @@ def only_job(root: Path) -> JobDir:
 
 def job_pids(job: JobDir) -> list[int]:
     """The supervisor's pid and every pid the job recorded."""
-    state = job.read_state()
-    pids = [p["pid"] for p in state["processes"] if p.get("pid")]
-    control = job.read_control()
-    if control:
-        pids.append(control["pid"])
-    return pids
+    return Job(job).pids()
 
 
 def wait_for(predicate, timeout: float, interval: float = 0.1, what: str = "condition"):
