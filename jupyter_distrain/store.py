@@ -16,6 +16,7 @@ Layout (mode 0700)::
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import secrets
@@ -24,6 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from .contract import Env, ProcessId
 from .spec import JobSpec
 
 JOB_STATES = ("pending", "launching", "running", "succeeded", "failed", "stopped")
@@ -31,14 +33,19 @@ FINAL_STATES = frozenset({"succeeded", "failed", "stopped"})
 LIVE_PROCESS_STATES = frozenset({"pending", "starting", "running"})
 
 
+def _known_fields(cls: type, data: dict[str, Any]) -> dict[str, Any]:
+    names = {f.name for f in dataclasses.fields(cls)}
+    return {k: v for k, v in data.items() if k in names}
+
+
 @dataclass
 class ProcessRecord:
-    """What state.json says about one process."""
+    """What state.json says about one process (a row of the job's table)."""
 
     role: str
     index: int
     host: str
-    ranks: list[int] = field(default_factory=list)
+    rank: int | None = None  # the rank it trains as, where it has one
     pid: int | None = None
     address: str = ""  # where other processes reach it (the host's IP address)
     state: str = "pending"  # pending -> starting -> running -> exited | killed
@@ -46,9 +53,9 @@ class ProcessRecord:
     started: float | None = None
     ended: float | None = None
     log: str = ""
-    hosts_ranks: bool = False  # a process (mpirun) that starts the ranks that have their own rows
     stopped: bool = False  # ended on request (stop_workers), not by failing
     generation: int = 0  # how many times the job was restarted (scaled) before this process
+    hosts: list[str] = field(default_factory=list)  # a helper (mpirun): the processes it starts
     # the live view, from the metrics channel
     step: int | None = None
     images_per_sec: float | None = None
@@ -57,23 +64,75 @@ class ProcessRecord:
     heartbeat: float | None = None  # time of the last record or heartbeat
 
     @property
-    def label(self) -> str:
-        return f"{self.role}-{self.index}"
+    def id(self) -> ProcessId:
+        return ProcessId(self.role, self.index)
 
     @property
     def live(self) -> bool:
         return self.state in LIVE_PROCESS_STATES
 
     def describe(self) -> str:
-        """How messages name the process: "rank 1" for workers, "ps 0", "chief"."""
-        if self.role == "worker":
-            return f"rank {self.index}"
-        return self.role if self.role == "chief" else f"{self.role} {self.index}"
+        return self.id.describe()
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> ProcessRecord:
+        return cls(**_known_fields(cls, data))
+
+
+@dataclass
+class JobStatus:
+    """state.json: the job's state and every process's row, as the supervisor last wrote it.
+
+    ``processes`` are the job's members (they run the worker bootstrap: one row per
+    worker, ps, chief); ``helpers`` are processes that only start members (mpirun).
+    """
+
+    state: str = "pending"
+    backend: str = ""
+    launcher: str = ""
+    workers: int = 0
+    generation: int = 0
+    scaling_to: int | None = None
+    supervisor_pid: int | None = None
+    created: float | None = None
+    running_at: float | None = None
+    ended: float | None = None
+    error: str | None = None
+    error_tail: str = ""
+    processes: list[ProcessRecord] = field(default_factory=list)
+    helpers: list[ProcessRecord] = field(default_factory=list)
+    metrics_records: int = 0
+    metrics_rejected: int = 0
+    backend_info: dict[str, Any] = field(default_factory=dict)  # e.g. the TF cluster
+
+    @property
+    def done(self) -> bool:
+        return self.state in FINAL_STATES
+
+    def process(self, pid: ProcessId) -> ProcessRecord | None:
+        return next((p for p in self.processes if p.id == pid), None)
+
+    def pids(self) -> list[int]:
+        """Every process id recorded: members and helpers (not the supervisor)."""
+        return [p.pid for p in [*self.processes, *self.helpers] if p.pid]
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> JobStatus:
+        status = cls(**_known_fields(cls, data))
+        status.processes = [ProcessRecord.from_dict(p) for p in data.get("processes", [])]
+        status.helpers = [ProcessRecord.from_dict(p) for p in data.get("helpers", [])]
+        return status
 
 
 def jobs_root() -> Path:
     """Where job directories live: ``$JUPYTER_DISTRAIN_ROOT`` or Jupyter's data dir."""
-    env = os.environ.get("JUPYTER_DISTRAIN_ROOT")
+    env = os.environ.get(Env.ROOT)
     if env:
         return Path(env)
     from jupyter_core.paths import jupyter_data_dir
@@ -81,11 +140,11 @@ def jobs_root() -> Path:
     return Path(jupyter_data_dir()) / "distrain" / "jobs"
 
 
-def _write_atomic(path: Path, text: str, mode: int = 0o600) -> None:
+def _write_atomic(path: Path, data: str | bytes, mode: int = 0o600) -> None:
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
-    with os.fdopen(fd, "w") as f:
-        f.write(text)
+    with os.fdopen(fd, "wb") as f:
+        f.write(data.encode() if isinstance(data, str) else data)
     os.replace(tmp, path)
 
 
@@ -112,8 +171,23 @@ class JobDir:
     supervisor_log = property(lambda self: self.path / "logs" / "supervisor.log")
     metrics_file = property(lambda self: self.path / "metrics.jsonl")
 
-    def log_file(self, role: str, index: int) -> Path:
-        return self.logs_dir / f"{role}-{index}.log"
+    def log_file(self, process: ProcessId) -> Path:
+        return self.logs_dir / f"{process}.log"
+
+    def log_files(self) -> dict[ProcessId, Path]:
+        """Every process log there is, by process (the supervisor's own log excluded)."""
+        found = {}
+        for path in sorted(self.logs_dir.glob("*-*.log")):
+            try:
+                found[ProcessId.parse(path.stem)] = path
+            except ValueError:
+                continue
+        return found
+
+    def keras_backup_dir(self, rank: int = 0) -> Path:
+        """Where Keras's BackupAndRestore keeps rank ``rank``'s backup (rank 0's is the truth)."""
+        name = "keras-backup" if rank == 0 else f"keras-backup-rank{rank}"
+        return self.checkpoints_dir / name
 
     # --- creation --------------------------------------------------------
     @classmethod
@@ -134,7 +208,7 @@ class JobDir:
         job.checkpoints_dir.mkdir(mode=0o700)
         job.write_spec(spec)
         _write_atomic(job.train_file, spec.code)
-        job.write_state({"state": "pending", "processes": [], "created": time.time()})
+        job.write_state(JobStatus(created=time.time()))
         return job
 
     # --- spec / state ----------------------------------------------------
@@ -144,14 +218,41 @@ class JobDir:
     def write_spec(self, spec: JobSpec) -> None:
         _write_atomic(self.spec_file, json.dumps(spec.to_dict(), indent=2))
 
-    def read_state(self) -> dict[str, Any]:
+    def read_state(self) -> JobStatus:
         try:
-            return json.loads(self.state_file.read_text())
+            return JobStatus.from_dict(json.loads(self.state_file.read_text()))
         except FileNotFoundError:
-            return {"state": "pending", "processes": []}
+            return JobStatus()
 
-    def write_state(self, state: dict[str, Any]) -> None:
-        _write_atomic(self.state_file, json.dumps(state, indent=2))
+    def write_state(self, status: JobStatus) -> None:
+        _write_atomic(self.state_file, json.dumps(status.to_dict(), indent=2))
+
+    # --- what travels between the notebook and the workers --------------------
+    def write_pushed(self, data: bytes) -> None:
+        _write_atomic(self.push_file, data)
+
+    def write_result(self, data: bytes) -> None:
+        _write_atomic(self.result_file, data)
+
+    def read_result(self) -> dict[str, Any] | None:
+        """What rank 0 stored (``{"defined": bool, "value": ...}``), or None."""
+        import pickle
+
+        try:
+            with open(self.result_file, "rb") as f:
+                return pickle.load(f)
+        except FileNotFoundError:
+            return None
+
+    def read_pushed(self) -> dict[str, Any]:
+        """The notebook variables sent with ``--push`` (none when nothing was pushed)."""
+        import pickle
+
+        try:
+            with open(self.push_file, "rb") as f:
+                return pickle.load(f)
+        except FileNotFoundError:
+            return {}
 
     # --- events ----------------------------------------------------------
     def append_event(self, kind: str, **fields: Any) -> None:

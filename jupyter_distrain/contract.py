@@ -1,0 +1,154 @@
+"""The supervisor/worker contract: process identity, environment names, message shapes.
+
+Everything the supervisor and a worker process must agree on lives here; both
+sides import it, and neither spells an environment name or a message field on
+its own. The job directory's layout is the other half of the contract
+(:class:`jupyter_distrain.store.JobDir`, used by both sides too).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+CHECKPOINT_EXIT = 75  # a worker that exits with this code checkpointed on request
+
+
+@dataclass(frozen=True, order=True)
+class ProcessId:
+    """Which process of a job: its role (``worker``, ``chief``, ``ps``, ``mpirun``) and
+    its index within the role. Rows, logs, metrics and control messages all use it."""
+
+    role: str
+    index: int
+
+    def __str__(self) -> str:
+        return f"{self.role}-{self.index}"
+
+    @classmethod
+    def parse(cls, text: str) -> ProcessId:
+        """The inverse of ``str()``: ``"worker-1"`` -> ``ProcessId("worker", 1)``."""
+        role, sep, index = text.rpartition("-")
+        if not sep or not role or not index.isdigit():
+            raise ValueError(f"not a process id: {text!r} (expected ROLE-INDEX, e.g. worker-1)")
+        return cls(role, int(index))
+
+    @classmethod
+    def of(cls, fields: Mapping[str, Any]) -> ProcessId | None:
+        """The id named by a message's or record's ``role``/``index`` fields, if well formed."""
+        role, index = fields.get("role"), fields.get("index")
+        if not isinstance(role, str) or not isinstance(index, int) or isinstance(index, bool):
+            return None
+        return cls(role, index)
+
+    def fields(self) -> dict[str, Any]:
+        """The ``role``/``index`` fields that name this process in messages and records."""
+        return {"role": self.role, "index": self.index}
+
+    def describe(self) -> str:
+        """How messages name the process: "rank 1" for workers, "ps 0", "chief"."""
+        if self.role == "worker":
+            return f"rank {self.index}"
+        return self.role if self.role == "chief" else f"{self.role} {self.index}"
+
+
+class Env:
+    """The environment names of the contract (all ``JUPYTER_DISTRAIN_*``)."""
+
+    ROOT = "JUPYTER_DISTRAIN_ROOT"  # where job directories live (user setting)
+    JOB_DIR = "JUPYTER_DISTRAIN_JOB_DIR"
+    CONTROL = "JUPYTER_DISTRAIN_CONTROL"  # host:port of the supervisor's control server
+    METRICS = "JUPYTER_DISTRAIN_METRICS"  # tcp://host:port of the metrics collector
+    SECRET = "JUPYTER_DISTRAIN_SECRET"  # the job's signing key
+    BACKEND = "JUPYTER_DISTRAIN_BACKEND"
+    OUT = "JUPYTER_DISTRAIN_OUT"  # set when rank 0 must store ``result``
+    BATCH_SIZE = "JUPYTER_DISTRAIN_BATCH_SIZE"
+    ROLE = "JUPYTER_DISTRAIN_ROLE"
+    INDEX = "JUPYTER_DISTRAIN_INDEX"
+    RANK = "JUPYTER_DISTRAIN_RANK"  # set by the worker itself for the user's program
+    ADDRESS = "JUPYTER_DISTRAIN_ADDRESS"  # the address other processes reach this one on
+    MODE = "JUPYTER_DISTRAIN_MODE"  # train (default), server or seed
+    INSTRUMENT = "JUPYTER_DISTRAIN_INSTRUMENT"  # "0" turns the Keras instrumentation off
+    # MPI path: one mpirun starts every rank; each names itself from its MPI rank
+    IDENTITY_FROM_MPI = "JUPYTER_DISTRAIN_IDENTITY_FROM_MPI"
+
+
+MODES = ("train", "server", "seed")
+
+# Where a process's rank comes from, first found wins.
+_RANK_SOURCES = ("OMPI_COMM_WORLD_RANK", "PMI_RANK", "HOROVOD_RANK", Env.INDEX)
+
+
+def rank_from(environ: Mapping[str, str]) -> int:
+    """The process's rank: MPI's or Horovod's when set, else its index in its role."""
+    for key in _RANK_SOURCES:
+        if key in environ:
+            return int(environ[key])
+    return 0
+
+
+def identity_from(environ: Mapping[str, str]) -> ProcessId:
+    """Which process this is, from the environment the supervisor gave it."""
+    if environ.get(Env.IDENTITY_FROM_MPI):
+        return ProcessId("worker", rank_from(environ))
+    return ProcessId(environ.get(Env.ROLE, "worker"), int(environ.get(Env.INDEX, "0")))
+
+
+def identity_env(pid: ProcessId, address: str | None) -> dict[str, str]:
+    """The variables that tell a launched process who it is."""
+    env = {Env.ROLE: pid.role, Env.INDEX: str(pid.index)}
+    if address:
+        env[Env.ADDRESS] = address
+    return env
+
+
+@dataclass(frozen=True)
+class WorkerChannels:
+    """How a worker reaches its supervisor: the job directory and the two channels."""
+
+    job_dir: str
+    control: str  # host:port
+    metrics: str  # tcp://host:port
+    secret: str
+
+    def env(self) -> dict[str, str]:
+        return {
+            Env.JOB_DIR: self.job_dir,
+            Env.CONTROL: self.control,
+            Env.METRICS: self.metrics,
+            Env.SECRET: self.secret,
+        }
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] | None = None) -> WorkerChannels | None:
+        """The channels given to this process; None outside a job."""
+        environ = os.environ if environ is None else environ
+        if Env.JOB_DIR not in environ:
+            return None
+        return cls(
+            environ[Env.JOB_DIR],
+            environ.get(Env.CONTROL, ""),
+            environ.get(Env.METRICS, ""),
+            environ.get(Env.SECRET, ""),
+        )
+
+
+# --- messages a worker sends over the control channel --------------------------------
+HELLO, BYE = "hello", "bye"
+
+
+def hello(pid_: ProcessId, pid: int, host: str, address: str) -> dict[str, Any]:
+    """A worker is up: its program is loaded and about to run."""
+    return {"op": HELLO, **pid_.fields(), "pid": pid, "host": host, "address": address}
+
+
+def bye(pid_: ProcessId, pid: int, code: int) -> dict[str, Any]:
+    """A worker is about to exit with ``code`` (how a process we did not start reports it)."""
+    return {"op": BYE, **pid_.fields(), "pid": pid, "code": code}
+
+
+# --- records a worker sends over the metrics channel ----------------------------------
+# {"role", "index", "time", "step", "images", "images_per_sec", "loss", "total_steps", ...}
+# a heartbeat: {"role", "index", "time", "heartbeat": true}

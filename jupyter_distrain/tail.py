@@ -1,0 +1,62 @@
+"""Reading files that grow: new complete lines since the last read, and the last N lines.
+
+Logs and ``metrics.jsonl`` are only ever appended to, so a reader keeps an
+offset and reads what was added; the end of a large file is read from the end,
+never the whole file.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+MAX_PARTIAL_BYTES = 1 << 20  # a "line" longer than this (a \r progress bar) is cut into pieces
+TAIL_BYTES = 64 * 1024
+
+
+class LineReader:
+    """The complete lines appended to one file since the last :meth:`read`."""
+
+    def __init__(self, path: Path, from_start: bool = True):
+        self.path = path
+        self.offset = 0
+        self.partial = b""
+        if not from_start:
+            try:
+                self.offset = path.stat().st_size
+            except FileNotFoundError:
+                pass
+
+    def read(self) -> list[bytes]:
+        try:
+            with open(self.path, "rb") as f:
+                f.seek(self.offset)
+                data = f.read()
+        except FileNotFoundError:
+            return []
+        if not data:
+            return []
+        self.offset += len(data)
+        *lines, rest = (self.partial + data).split(b"\n")
+        if len(rest) > MAX_PARTIAL_BYTES:  # never hold an unbounded partial line
+            lines.append(rest)
+            rest = b""
+        self.partial = rest
+        return lines
+
+    def flush(self) -> list[bytes]:
+        """What is left without a final newline."""
+        rest, self.partial = self.partial, b""
+        return [rest] if rest else []
+
+
+def last_lines(path: Path, lines: int, max_bytes: int = TAIL_BYTES) -> str:
+    """The last ``lines`` lines of a file, reading at most its last ``max_bytes``."""
+    try:
+        with open(path, "rb") as f:
+            size = f.seek(0, os.SEEK_END)
+            f.seek(max(0, size - max_bytes))
+            text = f.read().decode(errors="replace")
+    except FileNotFoundError:
+        return ""
+    return "\n".join(text.splitlines()[-lines:])
