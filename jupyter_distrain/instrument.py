@@ -9,16 +9,16 @@
 
 from __future__ import annotations
 
-import os
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from .contract import CHECKPOINT_EXIT, WorkerChannels
 from .metrics import reporter
 
-CHECKPOINT_EXIT = 75  # a worker that exits with this code checkpointed on request
+__all__ = ["CHECKPOINT_EXIT", "checkpoint_dir", "report", "should_checkpoint", "timed_step"]
 
 _checkpoint_requested = False
 _last_report = {"step": 0, "time": 0.0}
@@ -37,8 +37,10 @@ def should_checkpoint() -> bool:
 
 def checkpoint_dir() -> Path:
     """The job's ``checkpoints/`` directory (a temporary one outside a job)."""
-    job_dir = os.environ.get("JUPYTER_DISTRAIN_JOB_DIR")
-    path = Path(job_dir) / "checkpoints" if job_dir else Path.cwd() / "checkpoints"
+    from .store import JobDir
+
+    channels = WorkerChannels.from_env()
+    path = JobDir(channels.job_dir).checkpoints_dir if channels else Path.cwd() / "checkpoints"
     path.mkdir(parents=True, exist_ok=True)
     return path
 

@@ -8,9 +8,10 @@ forged, and appends the payload bytes of valid batches to ``metrics.jsonl``
 as they are: no record is parsed on the hot path except the last one of each
 batch, which updates the live view of that process.
 
-A record: ``{"role", "rank", "step", "time", "images", "images_per_sec",
-"loss", "total_steps", ...extra scalars}``; a heartbeat is ``{"role", "rank",
-"time", "heartbeat": true}``.
+A record names its process with ``role`` and ``index`` (see ``contract``):
+``{"role", "index", "step", "time", "images", "images_per_sec", "loss",
+"total_steps", ...extra scalars}``; a heartbeat is ``{"role", "index", "time",
+"heartbeat": true}``.
 """
 
 from __future__ import annotations
@@ -28,6 +29,8 @@ from pathlib import Path
 from typing import Any
 
 import zmq
+
+from .contract import WorkerChannels, identity_from
 
 log = logging.getLogger(__name__)
 
@@ -192,15 +195,12 @@ _reporter: Reporter | None = None
 def reporter() -> Reporter | None:
     """This process's reporter, made on first use; None outside a job."""
     global _reporter
-    if _reporter is None and os.environ.get("JUPYTER_DISTRAIN_METRICS"):
-        _reporter = Reporter(
-            os.environ["JUPYTER_DISTRAIN_METRICS"],
-            os.environ["JUPYTER_DISTRAIN_SECRET"],
-            {
-                "role": os.environ.get("JUPYTER_DISTRAIN_ROLE", "worker"),
-                "rank": int(os.environ.get("JUPYTER_DISTRAIN_RANK", "0")),
-            },
-        )
+    if _reporter is None:
+        channels = WorkerChannels.from_env()
+        if channels is not None and channels.metrics:
+            _reporter = Reporter(
+                channels.metrics, channels.secret, identity_from(os.environ).fields()
+            )
     return _reporter
 
 

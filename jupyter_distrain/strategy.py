@@ -5,6 +5,8 @@ from __future__ import annotations
 import os
 from typing import Any
 
+from .contract import Env
+
 
 def strategy() -> Any:
     """Call inside a distributed cell.
@@ -15,7 +17,7 @@ def strategy() -> Any:
     """
     import tensorflow as tf
 
-    backend = os.environ.get("JUPYTER_DISTRAIN_BACKEND", "")
+    backend = os.environ.get(Env.BACKEND, "")
     if backend == "ps":
         resolver = tf.distribute.cluster_resolver.TFConfigClusterResolver()
         return tf.distribute.experimental.ParameterServerStrategy(resolver)

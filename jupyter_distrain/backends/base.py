@@ -1,22 +1,81 @@
-"""The backend interface.
+"""The backend interface: a backend turns placed slots into a :class:`Plan`.
 
-A backend never starts a process: given the slots a launcher placed and the
-command that runs the worker bootstrap, it returns the processes to start
-(role, index, argv, env) and runs whatever the job needs beside them in the
-supervisor (Horovod's rendezvous server, for instance).
+A backend never starts a process. :meth:`Backend.prepare` gets the slots a
+launcher placed and the command that runs the worker bootstrap, starts what
+the job needs beside its processes (Horovod's rendezvous server, say) and
+returns it all as one plan: the processes to start, the services to stop at
+the end, and facts for state.json. :meth:`Backend.outcome` says how the job
+ends after each exit. That is the whole interface.
 """
 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, ClassVar
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, ClassVar, Protocol
+
+from ..contract import ProcessId
 
 if TYPE_CHECKING:
     from ..launchers.base import LaunchedProcess, Launcher, ProcessSpec, Slot
     from ..spec import JobSpec
-    from ..store import JobDir, ProcessRecord
+    from ..store import ProcessRecord
+
+
+@dataclass(frozen=True)
+class WorkerCommand:
+    """How to run the worker bootstrap; every process of a plan carries ``env``."""
+
+    argv: list[str]
+    env: dict[str, str]
+
+    def process(
+        self,
+        pid: ProcessId,
+        slot: Slot | None,
+        rank: int | None = None,
+        **extra_env: str,
+    ) -> ProcessSpec:
+        from ..launchers.base import ProcessSpec
+
+        return ProcessSpec(pid, list(self.argv), {**self.env, **extra_env}, slot, rank)
+
+
+class JobHost(Protocol):
+    """What the supervisor offers services whose own driver starts processes (elastic
+    Horovod). Both may be called from any thread."""
+
+    def start_process(self, proc: ProcessSpec) -> LaunchedProcess:
+        """Start and record one process; returns once it is started."""
+        ...
+
+    def backend_done(self, error: str | None) -> None:
+        """The driver says the job has ended (with ``error``, failed)."""
+        ...
+
+
+class Services:
+    """What a plan runs in the supervisor beside its processes; by default nothing."""
+
+    def start(self, host: JobHost) -> None:
+        """Called once the plan's processes are started."""
+
+    def resize(self, workers: int) -> bool:
+        """Resize the job in place, if these services can; by default they cannot."""
+        return False
+
+    def stop(self) -> None:
+        """Stop everything :meth:`Backend.prepare` started (called once, from the loop)."""
+
+
+@dataclass
+class Plan:
+    """What :meth:`Backend.prepare` returns."""
+
+    processes: list[ProcessSpec]
+    services: Services = field(default_factory=Services)
+    info: dict[str, object] = field(default_factory=dict)  # for state.json (the TF cluster)
 
 
 @dataclass
@@ -30,45 +89,33 @@ class Outcome:
 
 def first_failure(records: Sequence[ProcessRecord]) -> ProcessRecord | None:
     """The earliest process to exit with a non-zero code."""
-    failed = [r for r in records if r.exit_code not in (None, 0) and not r.hosts_ranks]
+    failed = [r for r in records if r.exit_code not in (None, 0)]
     return min(failed, key=lambda r: r.ended or 0) if failed else None
+
+
+def failed_first(records: Sequence[ProcessRecord], ended: ProcessRecord) -> Outcome:
+    culprit = first_failure(records) or ended
+    return Outcome(
+        "failed", f"{culprit.describe()} failed first (exit code {culprit.exit_code})", culprit
+    )
 
 
 def all_must_succeed(records: Sequence[ProcessRecord], ended: ProcessRecord) -> Outcome | None:
     """The rule for SPMD jobs: any non-zero exit fails the job; all exiting 0 succeeds it."""
     if ended.exit_code:
-        culprit = first_failure(records) or ended
-        return Outcome(
-            "failed", f"{culprit.describe()} failed first (exit code {culprit.exit_code})", culprit
-        )
+        return failed_first(records, ended)
     if all(r.state == "exited" and r.exit_code == 0 for r in records):
         return Outcome("succeeded")
     return None
 
 
 class Backend(ABC):
+    """Subclasses register an entry point in ``jupyter_distrain.backends``."""
+
     name: ClassVar[str]
 
-    def __init__(self, spec: JobSpec, job: JobDir):
+    def __init__(self, spec: JobSpec):
         self.spec = spec
-        self.job = job
-
-    def bind(
-        self,
-        start_process: Callable[[ProcessSpec], LaunchedProcess],
-        post: Callable[[str, dict[str, Any]], None],
-    ) -> None:
-        """The supervisor's callbacks, for backends whose own driver decides when processes
-        start (elastic Horovod) or reports the job's end (``post("backend_done", ...)``)."""
-        self.start_process = start_process
-        self.post = post
-
-    def start(self, worker_argv: list[str], worker_env: dict[str, str]) -> None:  # noqa: B027
-        """Called once the planned processes are started."""
-
-    def scale_in_place(self, workers: int) -> bool:
-        """Resize without a restart, if this backend can; the default cannot."""
-        return False
 
     @classmethod
     def available(cls) -> tuple[bool, str]:
@@ -79,23 +126,10 @@ class Backend(ABC):
         """How many slots the launcher must place."""
         return self.spec.workers
 
-    def start_services(self, slots: list[Slot], launcher: Launcher) -> None:  # noqa: B027
-        """Start driver-side services before any process is launched."""
-
-    def stop_services(self) -> None:  # noqa: B027
-        """Stop what :meth:`start_services` started."""
-
     @abstractmethod
-    def plan(
-        self, slots: list[Slot], worker_argv: list[str], worker_env: dict[str, str]
-    ) -> list[ProcessSpec]:
-        """The processes to launch. ``worker_argv`` with ``worker_env`` runs the worker
-        bootstrap; every process of the plan must carry ``worker_env``."""
-
-    def info(self) -> dict[str, object]:
-        """Facts about the job for state.json (e.g. the TF cluster)."""
-        return {}
+    def prepare(self, slots: list[Slot], launcher: Launcher, worker: WorkerCommand) -> Plan:
+        """Start the job's services for these slots and say which processes to start."""
 
     def outcome(self, records: Sequence[ProcessRecord], ended: ProcessRecord) -> Outcome | None:
-        """Called after each process ends: the job's outcome, or None while it goes on."""
+        """Called after each member ends: the job's outcome, or None while it goes on."""
         return all_must_succeed(records, ended)

@@ -1,21 +1,25 @@
 """Elastic Horovod: Horovod's own ElasticDriver, with the supervisor as host discovery.
 
 The driver decides when worker processes start (at launch, and when slots are
-added), so here the backend asks the supervisor to start each one through the
-``start_process`` callback it was bound to; the supervisor still records and
-owns every process. Scaling changes what discovery reports; the driver then
-starts the new workers and the running ones re-rendezvous at the new size
-without restarting.
+added), so these services ask the supervisor to start each one through the
+:class:`JobHost` they are started with; the supervisor still records and owns
+every process. Scaling changes what discovery reports; the driver then starts
+the new workers and the running ones re-rendezvous at the new size without
+restarting.
 """
 
 from __future__ import annotations
 
 import logging
+import signal
 import threading
 import time
 from typing import Any
 
-from ..launchers.base import LaunchedProcess, ProcessSpec, Slot
+from ..contract import ProcessId
+from ..launchers.base import LaunchedProcess, Slot
+from .base import JobHost, Services, WorkerCommand
+from .horovod import gloo_rank_env
 
 log = logging.getLogger(__name__)
 
@@ -38,15 +42,14 @@ class SupervisorDiscovery:
             self.hosts[host] = slots
 
 
-class ElasticRun:
+class ElasticRun(Services):
     """One elastic job: the driver, its rendezvous server and the worker threads."""
 
-    def __init__(self, backend: Any, slots: list[Slot], address: str):
+    def __init__(self, slots: list[Slot], address: str, worker: WorkerCommand, timeout: int):
         from horovod.runner.elastic.driver import ElasticDriver
         from horovod.runner.elastic.rendezvous import create_rendezvous_handler
         from horovod.runner.http.http_server import RendezvousServer
 
-        self.backend = backend
         self.slots = {s.host: s for s in slots}
         counts: dict[str, int] = {}
         for slot in slots:
@@ -54,23 +57,22 @@ class ElasticRun:
         self.discovery = SupervisorDiscovery(counts)
         self.rendezvous = RendezvousServer(verbose=0)
         self.driver = ElasticDriver(
-            self.rendezvous,
-            self.discovery,
-            min_num_proc=1,
-            max_num_proc=None,
-            timeout=int(backend.spec.timeout),
+            self.rendezvous, self.discovery, min_num_proc=1, max_num_proc=None, timeout=timeout
         )
         self.port = self.rendezvous.start(create_rendezvous_handler(self.driver))
         self.address = address
+        self.worker = worker
+        self.host: JobHost | None = None
         self.driver.wait_for_available_slots(len(slots))
 
-    def start(self, worker_argv: list[str], worker_env: dict[str, str]) -> None:
-        self.worker_argv, self.worker_env = worker_argv, worker_env
+    def start(self, host: JobHost) -> None:
+        self.host = host
         workers = sum(self.discovery.find_available_hosts_and_slots().values())
         self.driver.start(workers, self._create_worker)
         threading.Thread(target=self._wait_results, name="elastic-results", daemon=True).start()
 
     def _create_worker(self, slot_info: Any, events: list[threading.Event]) -> tuple[int, float]:
+        assert self.host is not None
         template = self.slots.get(slot_info.hostname)
         slot = Slot(
             slot_info.hostname,
@@ -79,40 +81,36 @@ class ElasticRun:
             slot_info.local_rank,
             template.iface if template else "lo",
         )
-        env = {
-            **self.worker_env,
-            **self.backend.rank_env(slot, slot_info, self.address, self.port),
-            "HOROVOD_ELASTIC": "1",
-        }
-        proc = ProcessSpec(
-            "worker", slot_info.local_rank, self.worker_argv, env, slot, [slot_info.rank]
+        proc = self.worker.process(
+            ProcessId("worker", slot_info.local_rank),
+            slot,
+            rank=slot_info.rank,
+            HOROVOD_ELASTIC="1",
+            **gloo_rank_env(slot, slot_info, self.address, self.port),
         )
         try:
-            launched: LaunchedProcess = self.backend.start_process(proc)
+            launched: LaunchedProcess = self.host.start_process(proc)
         except Exception:  # the driver's thread must return a result, or the job hangs
-            log.exception("cannot start %s", proc.label)
+            log.exception("cannot start %s", proc.id)
             return 1, time.time()
         while launched.poll() is None:
             if any(e.is_set() for e in events):
-                launched.signal(15)
+                launched.signal(signal.SIGTERM, tree=True)
                 break
             time.sleep(WAIT_SECONDS)
         return launched.wait(), time.time()
 
     def _wait_results(self) -> None:
         results = self.driver.get_results()
-        self.backend.post(
-            "backend_done",
-            {
-                "error": results.error_message,
-                "results": {k: list(v) for k, v in results.worker_results.items()},
-            },
-        )
+        assert self.host is not None
+        self.host.backend_done(results.error_message)
 
-    def scale(self, workers: int) -> None:
+    def resize(self, workers: int) -> bool:
         host = next(iter(self.discovery.hosts))
         self.discovery.set_slots(host, workers)
+        return True
 
     def stop(self) -> None:
         if not self.driver.finished():
             self.driver.stop()
+        self.rendezvous.stop()

@@ -9,28 +9,22 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from ..launchers.base import ProcessSpec, Slot
+from ..contract import ProcessId
+from ..launchers.base import Launcher, Slot
 from ..store import ProcessRecord
-from .base import Backend, Outcome, first_failure
+from .base import Backend, Outcome, Plan, WorkerCommand, failed_first, first_failure
 
 
 class PlainBackend(Backend):
     name = "plain"
 
-    def plan(
-        self, slots: list[Slot], worker_argv: list[str], worker_env: dict[str, str]
-    ) -> list[ProcessSpec]:
-        return [
-            ProcessSpec("worker", slot.index, worker_argv, dict(worker_env), slot, [slot.index])
-            for slot in slots
-        ]
+    def prepare(self, slots: list[Slot], launcher: Launcher, worker: WorkerCommand) -> Plan:
+        return Plan([worker.process(ProcessId("worker", s.index), s, rank=s.index) for s in slots])
 
     def outcome(self, records: Sequence[ProcessRecord], ended: ProcessRecord) -> Outcome | None:
         if any(r.live for r in records):
             return None
-        culprit = first_failure([r for r in records if not r.stopped])
-        if culprit is None:
+        counted = [r for r in records if not r.stopped]
+        if first_failure(counted) is None:
             return Outcome("succeeded")
-        return Outcome(
-            "failed", f"{culprit.describe()} failed first (exit code {culprit.exit_code})", culprit
-        )
+        return failed_first(counted, ended)

@@ -13,28 +13,28 @@ Two modes, chosen by the cell:
 
 from __future__ import annotations
 
-import importlib.util
 from collections.abc import Sequence
+from typing import Any
 
 from ..cellcheck import defines_seed_run
-from ..launchers.base import Launcher, ProcessSpec, Slot
+from ..contract import Env, ProcessId
+from ..launchers.base import Launcher, Slot
 from ..store import ProcessRecord
-from .base import Backend, Outcome, first_failure
-from .tf_config import assign_roles, cluster_of, tf_config_processes
+from .base import Backend, Outcome, Plan, WorkerCommand, failed_first
+from .tf_config import assign_roles, cluster_of, tensorflow_available, tf_config_processes
 
 
 class ParameterServerBackend(Backend):
     name = "ps"
 
-    def __init__(self, *args, **kwargs) -> None:
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.seed_mode = defines_seed_run(self.spec.code)
+        self.chief = ProcessId("worker", 0) if self.seed_mode else ProcessId("chief", 0)
 
     @classmethod
     def available(cls) -> tuple[bool, str]:
-        if importlib.util.find_spec("tensorflow") is None:
-            return False, "tensorflow is not installed"
-        return True, "tensorflow is installed (parameter servers)"
+        return tensorflow_available("parameter servers")
 
     def roles(self) -> list[tuple[str, int]]:
         chief = [] if self.seed_mode else [("chief", 1)]
@@ -43,43 +43,29 @@ class ParameterServerBackend(Backend):
     def slots_needed(self) -> int:
         return sum(count for _, count in self.roles())
 
-    def start_services(self, slots: list[Slot], launcher: Launcher) -> None:
-        self.placed = assign_roles(slots, self.roles())
-        self.cluster = cluster_of(self.placed, launcher)
-
-    def plan(
-        self, slots: list[Slot], worker_argv: list[str], worker_env: dict[str, str]
-    ) -> list[ProcessSpec]:
-        procs = tf_config_processes(
-            self.placed,
-            self.cluster,
-            worker_argv,
-            worker_env,
-            # what TensorFlow's tutorial sets: RPCs fail fast, so the coordinator retries
-            {"GRPC_FAIL_FAST": "use_caller"},
-        )
+    def prepare(self, slots: list[Slot], launcher: Launcher, worker: WorkerCommand) -> Plan:
+        placed = assign_roles(slots, self.roles())
+        cluster = cluster_of(placed, launcher)
+        # what TensorFlow's tutorial sets: RPCs fail fast, so the coordinator retries
+        procs = tf_config_processes(placed, cluster, worker, GRPC_FAIL_FAST="use_caller")
         for proc in procs:
             if self.seed_mode:
-                proc.env["JUPYTER_DISTRAIN_MODE"] = "seed"
-            elif proc.role in ("worker", "ps"):
-                proc.env["JUPYTER_DISTRAIN_MODE"] = "server"
-        return procs
-
-    def info(self) -> dict[str, object]:
-        return {"cluster": self.cluster, "seed_mode": self.seed_mode}
+                proc.env[Env.MODE] = "seed"
+            elif proc.id.role in ("worker", "ps"):
+                proc.env[Env.MODE] = "server"
+        return Plan(procs, info={"cluster": cluster, "seed_mode": self.seed_mode})
 
     def outcome(self, records: Sequence[ProcessRecord], ended: ProcessRecord) -> Outcome | None:
         if ended.role == "ps":
             return Outcome("failed", f"ps {ended.index} died (exit code {ended.exit_code})", ended)
-        chief = ("worker", 0) if self.seed_mode else ("chief", 0)
-        if (ended.role, ended.index) == chief:
+        if ended.id == self.chief:
             if ended.exit_code == 0:
                 return Outcome("succeeded")
             what = "worker 0 (the chief)" if self.seed_mode else "the chief"
             return Outcome("failed", f"{what} failed (exit code {ended.exit_code})", ended)
         if self.seed_mode and ended.exit_code:
-            culprit = first_failure(records) or ended
-            return Outcome(
-                "failed", f"worker {culprit.index} failed (exit code {culprit.exit_code})", culprit
-            )
+            outcome = failed_first(records, ended)
+            culprit = outcome.culprit or ended
+            outcome.error = f"worker {culprit.index} failed (exit code {culprit.exit_code})"
+            return outcome
         return None  # a ParameterServerStrategy worker lost: TensorFlow retries elsewhere

@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-import importlib.util
-
-from ..launchers.base import Launcher, ProcessSpec, Slot
-from .base import Backend
-from .tf_config import assign_roles, cluster_of, tf_config_processes
+from ..launchers.base import Launcher, Slot
+from .base import Backend, Plan, WorkerCommand
+from .tf_config import assign_roles, cluster_of, tensorflow_available, tf_config_processes
 
 
 class TFCollectiveBackend(Backend):
@@ -14,18 +12,9 @@ class TFCollectiveBackend(Backend):
 
     @classmethod
     def available(cls) -> tuple[bool, str]:
-        if importlib.util.find_spec("tensorflow") is None:
-            return False, "tensorflow is not installed"
-        return True, "tensorflow is installed (MultiWorkerMirroredStrategy)"
+        return tensorflow_available("MultiWorkerMirroredStrategy")
 
-    def start_services(self, slots: list[Slot], launcher: Launcher) -> None:
-        self.placed = assign_roles(slots, [("worker", self.spec.workers)])
-        self.cluster = cluster_of(self.placed, launcher)
-
-    def plan(
-        self, slots: list[Slot], worker_argv: list[str], worker_env: dict[str, str]
-    ) -> list[ProcessSpec]:
-        return tf_config_processes(self.placed, self.cluster, worker_argv, worker_env)
-
-    def info(self) -> dict[str, object]:
-        return {"cluster": self.cluster}
+    def prepare(self, slots: list[Slot], launcher: Launcher, worker: WorkerCommand) -> Plan:
+        placed = assign_roles(slots, [("worker", self.spec.workers)])
+        cluster = cluster_of(placed, launcher)
+        return Plan(tf_config_processes(placed, cluster, worker), info={"cluster": cluster})

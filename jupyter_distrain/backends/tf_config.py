@@ -2,44 +2,56 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
 from collections.abc import Sequence
 
+from ..contract import ProcessId
 from ..launchers.base import Launcher, ProcessSpec, Slot
+from .base import WorkerCommand
+
+
+def tensorflow_available(what: str) -> tuple[bool, str]:
+    if importlib.util.find_spec("tensorflow") is None:
+        return False, "tensorflow is not installed"
+    return True, f"tensorflow is installed ({what})"
 
 
 def assign_roles(
     slots: Sequence[Slot], roles: Sequence[tuple[str, int]]
-) -> list[tuple[str, int, Slot]]:
+) -> list[tuple[ProcessId, Slot]]:
     """Give ``(role, count)`` groups consecutive slots, in order."""
-    out, i = [], 0
-    for role, count in roles:
-        for index in range(count):
-            out.append((role, index, slots[i]))
-            i += 1
-    return out
+    ids = [ProcessId(role, index) for role, count in roles for index in range(count)]
+    return list(zip(ids, slots, strict=False))
 
 
-def cluster_of(placed: Sequence[tuple[str, int, Slot]], launcher: Launcher) -> dict[str, list[str]]:
+def cluster_of(
+    placed: Sequence[tuple[ProcessId, Slot]], launcher: Launcher
+) -> dict[str, list[str]]:
     """The TF cluster dict ``{"ps": ["host:port", ...], ...}``, with ports reserved."""
-    ports = launcher.reserve_ports([slot for _, _, slot in placed])
+    ports = launcher.reserve_ports([slot for _, slot in placed])
     cluster: dict[str, list[str]] = {}
-    for (role, _, slot), port in zip(placed, ports, strict=True):
-        cluster.setdefault(role, []).append(f"{slot.address}:{port}")
+    for (pid, slot), port in zip(placed, ports, strict=True):
+        cluster.setdefault(pid.role, []).append(f"{slot.address}:{port}")
     return cluster
 
 
 def tf_config_processes(
-    placed: Sequence[tuple[str, int, Slot]],
+    placed: Sequence[tuple[ProcessId, Slot]],
     cluster: dict[str, list[str]],
-    worker_argv: list[str],
-    worker_env: dict[str, str],
-    extra_env: dict[str, str] | None = None,
+    worker: WorkerCommand,
+    **extra_env: str,
 ) -> list[ProcessSpec]:
     """One process per placed role, each with its own TF_CONFIG task."""
-    procs = []
-    for role, index, slot in placed:
-        tf_config = {"cluster": cluster, "task": {"type": role, "index": index}}
-        env = {**worker_env, **(extra_env or {}), "TF_CONFIG": json.dumps(tf_config)}
-        procs.append(ProcessSpec(role, index, worker_argv, env, slot, [index]))
-    return procs
+    return [
+        worker.process(
+            pid,
+            slot,
+            rank=pid.index,
+            TF_CONFIG=json.dumps(
+                {"cluster": cluster, "task": {"type": pid.role, "index": pid.index}}
+            ),
+            **extra_env,
+        )
+        for pid, slot in placed
+    ]

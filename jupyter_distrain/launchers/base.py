@@ -1,20 +1,22 @@
-"""The launcher interface: place slots on hosts, start and signal processes.
+"""The launcher interface: place slots on hosts; start, signal, measure and reap processes.
 
 A launcher knows nothing about TensorFlow or Horovod: it gets a
 :class:`ProcessSpec` (argv + env) from a backend and runs it with the job's
-cpu/memory limits, its output going to a log file.
+cpu/memory limits, its output going to a log file. Every signal, memory
+reading and liveness check the supervisor makes goes through a
+:class:`LaunchedProcess` that a launcher returned, so a remote launcher
+implements them once and the supervisor never touches a pid itself.
 """
 
 from __future__ import annotations
 
-import os
 import socket
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, ClassVar
 
-import psutil
+from ..contract import ProcessId
 
 if TYPE_CHECKING:
     from ..spec import JobSpec
@@ -36,23 +38,21 @@ class Slot:
 class ProcessSpec:
     """One process to start, as computed by a backend."""
 
-    role: str  # "worker", "mpirun", ...
-    index: int  # index within the role
+    id: ProcessId
     argv: list[str]
     env: dict[str, str]
     slot: Slot | None = None
-    ranks: list[int] = field(default_factory=list)  # the ranks this process runs
-    hosts_ranks: bool = False  # True for mpirun: its ranks get rows of their own
-
-    @property
-    def label(self) -> str:
-        return f"{self.role}-{self.index}"
+    rank: int | None = None  # the rank it trains as, where it has one
+    # A helper that starts other members itself (mpirun): those members and their slots.
+    # They have rows of their own and report their own pids and exits.
+    hosts: dict[ProcessId, Slot] = field(default_factory=dict)
 
 
 class LaunchedProcess(ABC):
-    """A started process, owned by the launcher that started it."""
+    """A process that a launcher started (or adopted), owned by that launcher."""
 
     pid: int
+    host: str = "localhost"
 
     @abstractmethod
     def wait(self) -> int:
@@ -62,13 +62,17 @@ class LaunchedProcess(ABC):
     def poll(self) -> int | None:
         """The exit code if the process has exited, else None."""
 
-    def signal(self, sig: int) -> None:
-        """Send ``sig`` to the process, its process group and every descendant."""
-        signal_tree(self.pid, sig)
+    @abstractmethod
+    def signal(self, sig: int, tree: bool = False) -> None:
+        """Send ``sig`` to the process; with ``tree``, to everything it started too."""
 
+    @abstractmethod
     def memory_bytes(self) -> int:
         """Resident memory of the process and all its descendants."""
-        return tree_rss(self.pid)
+
+    @property
+    def alive(self) -> bool:
+        return self.poll() is None
 
 
 class Launcher(ABC):
@@ -82,7 +86,7 @@ class Launcher(ABC):
 
     @abstractmethod
     def place(self, n: int) -> list[Slot]:
-        """Choose where ``n`` workers run."""
+        """Choose where ``n`` processes run."""
 
     def driver_address(self) -> str:
         """The address workers reach the supervisor's services on."""
@@ -105,37 +109,16 @@ class Launcher(ABC):
     def start(self, proc: ProcessSpec, log_path: Path) -> LaunchedProcess:
         """Start one process with its output appended to ``log_path``."""
 
-    def close(self) -> None:
+    @abstractmethod
+    def adopt(self, pid: int, host: str) -> LaunchedProcess:
+        """A handle on a process that one of ours started (an MPI rank), by its pid."""
+
+    def sweep(self) -> None:  # noqa: B027
+        """Kill whatever the job's processes left behind (grandchildren that escaped
+        their process group, orphans), after the processes themselves are stopped."""
+
+    def reap(self) -> None:  # noqa: B027
+        """Collect exited orphans, so none stays a zombie (called periodically)."""
+
+    def close(self) -> None:  # noqa: B027
         """Release whatever the launcher holds (cgroups, connections)."""
-
-
-def tree_rss(pid: int) -> int:
-    try:
-        root = psutil.Process(pid)
-        procs = [root, *root.children(recursive=True)]
-    except psutil.NoSuchProcess:
-        return 0
-    total = 0
-    for p in procs:
-        try:
-            total += p.memory_info().rss
-        except psutil.NoSuchProcess:
-            pass
-    return total
-
-
-def signal_tree(pid: int, sig: int) -> None:
-    """Signal a process, its whole process group, and descendants that left the group."""
-    try:
-        descendants = psutil.Process(pid).children(recursive=True)
-    except psutil.NoSuchProcess:
-        descendants = []
-    try:
-        os.killpg(os.getpgid(pid), sig)
-    except (ProcessLookupError, PermissionError):
-        pass
-    for child in descendants:
-        try:
-            child.send_signal(sig)
-        except psutil.NoSuchProcess:
-            pass

@@ -1,32 +1,71 @@
-"""Local launcher: every worker is a process on this machine, in its own process group."""
+"""Local launcher: every process on this machine, in its own session, dying with the supervisor."""
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import os
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
+
+import psutil
 
 from .base import LaunchedProcess, Launcher, ProcessSpec, Slot
 from .limits import CpuQuota, cpu_set, thread_env
 
 _PR_SET_PDEATHSIG = 1
+_PR_SET_CHILD_SUBREAPER = 36
+ADOPTED_POLL_SECONDS = 0.1
+
+
+def _prctl(option: int, value: int) -> None:
+    if sys.platform.startswith("linux"):
+        ctypes.CDLL(None, use_errno=True).prctl(option, value)
 
 
 def _die_with_parent() -> None:
-    """Ask the kernel to SIGKILL this child if the supervisor dies (Linux only)."""
-    if sys.platform.startswith("linux"):
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+    """Ask the kernel to SIGKILL this child if the supervisor dies."""
+    _prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+
+
+def tree_of(process: psutil.Process) -> list[psutil.Process]:
+    """The process and every descendant that is still there."""
+    try:
+        return [process, *process.children(recursive=True)]
+    except psutil.NoSuchProcess:
+        return []
+
+
+def tree_rss(process: psutil.Process) -> int:
+    total = 0
+    for p in tree_of(process):
+        with contextlib.suppress(psutil.NoSuchProcess):
+            total += p.memory_info().rss
+    return total
+
+
+def signal_tree(process: psutil.Process, sig: int) -> None:
+    """Signal a process, its whole process group, and descendants that left the group."""
+    members = tree_of(process)
+    with contextlib.suppress(ProcessLookupError, PermissionError, psutil.NoSuchProcess):
+        if process.is_running():
+            os.killpg(os.getpgid(process.pid), sig)
+    for member in members[1:]:
+        with contextlib.suppress(psutil.NoSuchProcess):
+            member.send_signal(sig)
 
 
 class LocalProcess(LaunchedProcess):
+    """A process this launcher started."""
+
     def __init__(self, popen: subprocess.Popen[bytes]):
         self.popen = popen
         self.pid = popen.pid
+        self.process = psutil.Process(popen.pid)
 
     def wait(self) -> int:
         return self.popen.wait()
@@ -34,15 +73,63 @@ class LocalProcess(LaunchedProcess):
     def poll(self) -> int | None:
         return self.popen.poll()
 
+    def signal(self, sig: int, tree: bool = False) -> None:
+        if tree:
+            signal_tree(self.process, sig)
+        elif self.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                self.popen.send_signal(sig)
+
+    def memory_bytes(self) -> int:
+        return tree_rss(self.process) if self.poll() is None else 0
+
+
+class AdoptedProcess(LaunchedProcess):
+    """A process another of ours started (an MPI rank). Known by pid and start time, so a
+    reused pid is never mistaken for it. Its exit code is what it reports itself."""
+
+    def __init__(self, pid: int):
+        self.pid = pid
+        self.process = psutil.Process(pid)
+
+    def poll(self) -> int | None:
+        try:
+            running = self.process.status() != psutil.STATUS_ZOMBIE and self.process.is_running()
+        except psutil.NoSuchProcess:
+            running = False
+        return None if running else 0
+
+    def wait(self) -> int:
+        while self.poll() is None:
+            time.sleep(ADOPTED_POLL_SECONDS)
+        return 0
+
+    def signal(self, sig: int, tree: bool = False) -> None:
+        if tree:
+            signal_tree(self.process, sig)
+            return
+        with contextlib.suppress(psutil.NoSuchProcess):
+            self.process.send_signal(sig)  # psutil refuses a reused pid
+
+    def memory_bytes(self) -> int:
+        return tree_rss(self.process)
+
 
 class LocalLauncher(Launcher):
-    """Runs every process on this machine, with CPU affinity/quota from ``--cpu``."""
+    """Runs every process on this machine, with CPU affinity/quota from ``--cpu``.
+
+    The supervisor becomes a child subreaper, so orphans of the job's processes
+    (ranks whose mpirun died, a grandchild that ``setsid``s) become its children:
+    :meth:`sweep` kills them and :meth:`reap` collects them.
+    """
 
     name = "local"
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self._quotas: list[CpuQuota] = []
+        self._started: set[int] = set()
+        _prctl(_PR_SET_CHILD_SUBREAPER, 1)
 
     def place(self, n: int) -> list[Slot]:
         return [
@@ -69,11 +156,29 @@ class LocalLauncher(Launcher):
                 start_new_session=True,
                 preexec_fn=preexec,
             )
+        self._started.add(popen.pid)
         if self.spec.cpu is not None and self.spec.cpu % 1:
-            quota = CpuQuota(f"{self.job.id}-{proc.label}", self.spec.cpu)
+            quota = CpuQuota(f"{self.job.id}-{proc.id}", self.spec.cpu)
             quota.add(popen.pid)
             self._quotas.append(quota)
         return LocalProcess(popen)
+
+    def adopt(self, pid: int, host: str) -> LaunchedProcess:
+        return AdoptedProcess(pid)
+
+    def sweep(self) -> None:
+        for child in psutil.Process().children(recursive=True):
+            with contextlib.suppress(psutil.NoSuchProcess):
+                child.kill()
+        self.reap()
+
+    def reap(self) -> None:
+        for child in psutil.Process().children():
+            if child.pid in self._started:
+                continue  # left to its Popen object
+            with contextlib.suppress(ChildProcessError, psutil.NoSuchProcess):
+                if child.status() == psutil.STATUS_ZOMBIE:
+                    os.waitpid(child.pid, os.WNOHANG)
 
     def close(self) -> None:
         for quota in self._quotas:

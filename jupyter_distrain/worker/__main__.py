@@ -15,9 +15,7 @@ supervisor, then runs in the mode the backend chose:
 
 from __future__ import annotations
 
-import json
 import os
-import pickle
 import signal
 import socket
 import sys
@@ -26,15 +24,10 @@ from pathlib import Path
 from types import CodeType
 from typing import Any
 
-from .. import control, instrument, metrics
+from .. import contract, control, instrument, metrics
+from ..contract import Env, ProcessId, WorkerChannels
+from ..store import JobDir
 from . import keras_hook
-
-
-def _rank() -> int:
-    for key in ("OMPI_COMM_WORLD_RANK", "PMI_RANK", "HOROVOD_RANK", "JUPYTER_DISTRAIN_INDEX"):
-        if key in os.environ:
-            return int(os.environ[key])
-    return 0
 
 
 def _redirect_output(path: Path) -> None:
@@ -47,40 +40,29 @@ def _redirect_output(path: Path) -> None:
     os.close(fd)
 
 
-def _tell_supervisor(op: str, **body: Any) -> None:
-    address = os.environ.get("JUPYTER_DISTRAIN_CONTROL")
-    if not address:
+def _tell_supervisor(channels: WorkerChannels, body: dict[str, Any]) -> None:
+    if not channels.control:
         return
-    host, _, port = address.rpartition(":")
+    host, _, port = channels.control.rpartition(":")
     try:
-        control.request(host, int(port), os.environ["JUPYTER_DISTRAIN_SECRET"], {"op": op, **body})
+        control.request(host, int(port), channels.secret, body)
     except OSError as exc:
         print(f"jupyter_distrain: cannot reach the supervisor: {exc}", file=sys.stderr)
 
 
-def load_program(job_dir: Path) -> tuple[Path, CodeType]:
+def load_program(job: JobDir) -> tuple[Path, CodeType]:
     """The program to run: ``--script`` (resolved here, on the worker) or train.py."""
-    spec = json.loads((job_dir / "spec.json").read_text())
-    path = Path(spec["script"]).expanduser() if spec.get("script") else job_dir / "train.py"
+    script = job.read_spec().script
+    path = Path(script).expanduser() if script else job.train_file
     return path, compile(path.read_text(), str(path), "exec")
 
 
-def _namespace(job_dir: Path, path: Path) -> dict[str, Any]:
-    namespace: dict[str, Any] = {"__name__": "__main__", "__file__": str(path)}
-    push = job_dir / "push.pkl"
-    if push.exists():
-        with open(push, "rb") as f:
-            namespace.update(pickle.load(f))
-    return namespace
-
-
-def _save_result(job_dir: Path, namespace: dict[str, Any]) -> None:
+def _save_result(job: JobDir, namespace: dict[str, Any]) -> None:
     import cloudpickle
 
-    tmp = job_dir / f".result.{os.getpid()}.tmp"
-    with open(tmp, "wb") as f:
-        cloudpickle.dump({"defined": "result" in namespace, "value": namespace.get("result")}, f)
-    os.replace(tmp, job_dir / "result.pkl")
+    job.write_result(
+        cloudpickle.dumps({"defined": "result" in namespace, "value": namespace.get("result")})
+    )
 
 
 def serve_tf_server() -> None:
@@ -101,6 +83,8 @@ def serve_tf_server() -> None:
 
 def run_seed(namespace: dict[str, Any]) -> None:
     """Cloudera's contract: ps tasks join, workers call ``run(cluster, server, task_index)``."""
+    import json
+
     import tensorflow as tf
 
     tf_config = json.loads(os.environ["TF_CONFIG"])
@@ -113,11 +97,12 @@ def run_seed(namespace: dict[str, Any]) -> None:
         namespace["run"](cluster, server, index)
 
 
-def run_program(job_dir: Path, path: Path, program: CodeType, mode: str, rank: int) -> int:
+def run_program(job: JobDir, path: Path, program: CodeType, mode: str, rank: int) -> int:
     """Execute the program in a fresh ``__main__`` namespace; return the exit code."""
     sys.argv = [str(path)]
     sys.path.insert(0, os.getcwd())
-    namespace = _namespace(job_dir, path)
+    namespace: dict[str, Any] = {"__name__": "__main__", "__file__": str(path)}
+    namespace.update(job.read_pushed())
     try:
         if mode == "server":
             serve_tf_server()
@@ -138,9 +123,9 @@ def run_program(job_dir: Path, path: Path, program: CodeType, mode: str, rank: i
         # drop this bootstrap's own frame: the traceback starts in the user's program
         traceback.print_exception(type(exc), exc, exc.__traceback__.tb_next)
         return 1
-    if rank == 0 and os.environ.get("JUPYTER_DISTRAIN_OUT"):
+    if rank == 0 and os.environ.get(Env.OUT):
         try:
-            _save_result(job_dir, namespace)
+            _save_result(job, namespace)
         except Exception as exc:
             print(f"jupyter_distrain: cannot send `result` back: {exc}", file=sys.stderr)
             return 1
@@ -148,39 +133,33 @@ def run_program(job_dir: Path, path: Path, program: CodeType, mode: str, rank: i
 
 
 def main() -> int:
-    job_dir = Path(os.environ["JUPYTER_DISTRAIN_JOB_DIR"])
-    rank = _rank()
-    os.environ["JUPYTER_DISTRAIN_RANK"] = str(rank)
-    if os.environ.get("JUPYTER_DISTRAIN_LOG_PER_RANK"):  # one of mpirun's ranks
-        os.environ["JUPYTER_DISTRAIN_ROLE"] = "worker"
-        os.environ["JUPYTER_DISTRAIN_INDEX"] = str(rank)
-        _redirect_output(job_dir / "logs" / f"worker-{rank}.log")
-    me = {
-        "role": os.environ.get("JUPYTER_DISTRAIN_ROLE", "worker"),
-        "index": int(os.environ.get("JUPYTER_DISTRAIN_INDEX", rank)),
-    }
+    channels = WorkerChannels.from_env()
+    if channels is None:
+        print(f"jupyter_distrain: {Env.JOB_DIR} is not set: not started by a job", file=sys.stderr)
+        return 2
+    job = JobDir(channels.job_dir)
+    me: ProcessId = contract.identity_from(os.environ)
+    rank = contract.rank_from(os.environ)
+    os.environ[Env.RANK] = str(rank)  # the user's program may read it
+    if os.environ.get(Env.IDENTITY_FROM_MPI):  # one of mpirun's ranks: its own log
+        os.environ.update(contract.identity_env(me, None))
+        _redirect_output(job.log_file(me))
     try:
-        path, program = load_program(job_dir)
+        path, program = load_program(job)
     except (OSError, SyntaxError, ValueError) as exc:
         print(f"jupyter_distrain: cannot load the program: {exc}", file=sys.stderr)
         return 2  # never said hello: the supervisor counts this process as not started
-    _tell_supervisor(
-        "hello",
-        **me,
-        pid=os.getpid(),
-        host=socket.gethostname(),
-        address=os.environ.get("JUPYTER_DISTRAIN_ADDRESS", ""),
-    )
-    mode = os.environ.get("JUPYTER_DISTRAIN_MODE", "train")
+    address = os.environ.get(Env.ADDRESS, "")
+    _tell_supervisor(channels, contract.hello(me, os.getpid(), socket.gethostname(), address))
+    mode = os.environ.get(Env.MODE, "train")
     signal.signal(signal.SIGUSR1, instrument.request_checkpoint)
-    instrumented = os.environ.get("JUPYTER_DISTRAIN_INSTRUMENT", "1") != "0"
-    if instrumented and os.environ.get("JUPYTER_DISTRAIN_METRICS") and mode != "server":
+    if os.environ.get(Env.INSTRUMENT, "1") != "0" and channels.metrics and mode != "server":
         keras_hook.install()
-    code = run_program(job_dir, path, program, mode, rank)
+    code = run_program(job, path, program, mode, rank)
     sys.stdout.flush()
     sys.stderr.flush()
     metrics.close_reporter()  # the last records arrive before the bye
-    _tell_supervisor("bye", **me, pid=os.getpid(), code=code)
+    _tell_supervisor(channels, contract.bye(me, os.getpid(), code))
     return code
 
 

@@ -28,7 +28,9 @@ from pathlib import Path
 from typing import Any
 
 from .. import instrument
+from ..contract import Env, WorkerChannels, rank_from
 from ..metrics import reporter
+from ..store import JobDir
 
 TRAINING_MODULE = "keras.src.engine.training"  # Keras 2.15 (TensorFlow 2.15's tf.keras)
 KERAS_DEFAULT_BATCH = 32
@@ -38,7 +40,7 @@ def images_per_step(x: Any, batch_size: int | None) -> int | None:
     """Images in one step of ``fit(x, batch_size=...)``, when it can be known."""
     if batch_size:
         return int(batch_size)
-    env = os.environ.get("JUPYTER_DISTRAIN_BATCH_SIZE")
+    env = os.environ.get(Env.BATCH_SIZE)
     element_spec = getattr(x, "element_spec", None)
     if element_spec is not None:  # a tf.data.Dataset
         first = element_spec[0] if isinstance(element_spec, tuple) else element_spec
@@ -164,13 +166,15 @@ def _backup_dir() -> Path | None:
     directory first, since ranks must not write to the same files), so a job
     restarted at a new size resumes every rank from the same epoch.
     """
-    if os.environ.get("JUPYTER_DISTRAIN_BACKEND") in ("ps", "plain"):
+    if os.environ.get(Env.BACKEND) in ("ps", "plain"):
         return None  # BackupAndRestore does not support ParameterServerStrategy
-    base = instrument.checkpoint_dir() / "keras-backup"
-    rank = int(os.environ.get("JUPYTER_DISTRAIN_RANK", "0"))
+    channels = WorkerChannels.from_env()
+    job = JobDir(channels.job_dir) if channels else JobDir(instrument.checkpoint_dir().parent)
+    base = job.keras_backup_dir()
+    rank = rank_from(os.environ)
     if _horovod_size() <= 1 or rank == 0:
         return base
-    own = base.with_name(f"keras-backup-rank{rank}")
+    own = job.keras_backup_dir(rank)
     shutil.rmtree(own, ignore_errors=True)
     if base.exists():
         shutil.copytree(base, own)

@@ -1,0 +1,85 @@
+"""The supervisor's two channels and the worker environment that names them: control
+(signed JSON requests over TCP) and metrics (signed ZeroMQ batches)."""
+
+from __future__ import annotations
+
+import os
+import secrets
+from typing import Any
+
+from .. import control, metrics
+from ..contract import BYE, HELLO, Env, ProcessId, WorkerChannels
+from ..spec import JobSpec
+from ..store import JobDir
+from .events import Bye, Hello, Inbox, Metric, ScaleRequested, StopProcesses, StopRequested
+
+ANSWER_SECONDS = 30.0  # how long a client's request waits for the loop
+
+
+class Channels:
+    """Serves the job's control requests and collects its metrics, posting both to the
+    loop's inbox; requests that need an answer wait for the loop's."""
+
+    def __init__(self, job: JobDir, inbox: Inbox):
+        self.job = job
+        self.inbox = inbox
+        self.secret = secrets.token_hex(32)
+        self.published: dict[str, Any] = {}  # the last state the loop saved
+        self.server = control.ControlServer(self.secret, self.handle).start()
+        self.collector = metrics.Collector(
+            self.secret,
+            job.metrics_file,
+            lambda record: inbox.post(Metric(record)),
+            host=self.server.host,
+        ).start()
+        job.write_control(self.server.host, self.server.port, self.secret, os.getpid())
+
+    def worker_env(self, spec: JobSpec) -> dict[str, str]:
+        """What every process of the job is given, besides its own identity."""
+        channels = WorkerChannels(
+            str(self.job.path),
+            f"{self.server.host}:{self.server.port}",
+            self.collector.address,
+            self.secret,
+        )
+        env = {**channels.env(), Env.BACKEND: spec.backend, Env.OUT: spec.out or ""}
+        if spec.batch_size:
+            env[Env.BATCH_SIZE] = str(spec.batch_size)
+        return {**env, "PYTHONUNBUFFERED": "1"}
+
+    def handle(self, body: dict[str, Any]) -> dict[str, Any]:
+        """One verified control request (server threads)."""
+        op = body.get("op")
+        if op == "status":
+            return self.published
+        if op == "scale":
+            workers = body.get("workers")
+            if not isinstance(workers, int) or isinstance(workers, bool) or workers < 1:
+                raise ValueError(f"scale needs a number of workers >= 1, got {workers!r}")
+            return self.inbox.ask(ScaleRequested(workers), ANSWER_SECONDS) or {}
+        if op == "stop":
+            self.inbox.post(StopRequested(str(body.get("reason", "requested"))))
+        elif op == "stop_processes":
+            self.inbox.post(StopProcesses([ProcessId.parse(p) for p in body.get("processes", [])]))
+        elif op == HELLO:
+            self.inbox.post(Hello(body))
+        elif op == BYE:
+            self.inbox.post(Bye(body))
+        else:
+            raise ValueError(f"unknown op {op!r}")
+        return {}
+
+    def publish(self, state: dict[str, Any]) -> None:
+        """What ``status`` requests answer: the state the loop saved last (replaced whole)."""
+        self.published = state
+
+    def metrics_counts(self) -> tuple[int, int]:
+        """Records stored and batches rejected so far."""
+        return self.collector.records, self.collector.rejected
+
+    def stop_collector(self) -> None:
+        """Store what has arrived (call once every process is gone), then close."""
+        self.collector.stop()
+
+    def stop(self) -> None:
+        self.server.stop()

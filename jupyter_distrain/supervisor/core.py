@@ -1,0 +1,286 @@
+"""The supervisor's event loop: the only writer of the job's state.
+
+Every other thread (control server, metrics collector, process waiters, an
+elastic driver, signal handlers) posts an event to the loop's inbox; requests
+that want an answer get a future. The loop applies each event to the process
+table and the job's state, ticks its periodic duties and writes the store.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+from ..backends.base import WorkerCommand
+from ..contract import ProcessId
+from ..launchers.base import LaunchedProcess, ProcessSpec
+from ..plugins import load_plugin
+from ..store import FINAL_STATES, JobDir, JobStatus
+from ..tail import last_lines
+from . import events as ev
+from .generation import Generation
+from .outcomes import ProcessEvents
+from .periodic import MemoryWatch, OrphanReaper, Saver, ScaleTimeout, StartupDeadline
+from .scaling import Scaling
+from .table import ProcessTable, record_exit
+from .termination import terminate
+
+log = logging.getLogger("jupyter_distrain.supervisor")
+
+TICK_SECONDS = 0.5
+TAIL_LINES = 20
+START_SECONDS = 60.0  # how long an elastic driver's thread waits for a process start
+
+
+class Supervisor:
+    """Runs one job: launches its generations, applies events, decides its end."""
+
+    def __init__(
+        self,
+        job: JobDir,
+        inbox: ev.Inbox,
+        worker: WorkerCommand,
+        counts: Callable[[], tuple[int, int]] = lambda: (0, 0),
+        publish: Callable[[dict[str, Any]], None] = lambda state: None,
+        plugins: Callable[[str, str], type] = load_plugin,
+    ):
+        """``counts`` and ``publish`` connect the channels (metrics counts, the state that
+        ``status`` requests answer); ``plugins`` finds launcher and backend classes."""
+        self.job = job
+        self.spec = job.read_spec()
+        self.inbox = inbox
+        self.worker = worker
+        self.counts = counts
+        self.publish = publish
+        self.plugins = plugins
+        self.status = JobStatus(
+            backend=self.spec.backend,
+            launcher=self.spec.launcher,
+            workers=self.spec.workers,
+            supervisor_pid=os.getpid(),
+            created=time.time(),
+        )
+        self.gen: Generation | None = None
+        self.stopping = False  # every process is being stopped: exits decide nothing
+        self.dirty = False  # live metrics changed since the last save
+        self.scaling = Scaling(self)
+        self.processes = ProcessEvents(self)
+        self.startup = StartupDeadline(self)
+        self.duties = [self.startup, MemoryWatch(self), ScaleTimeout(self), OrphanReaper(self)]
+        self.duties.append(Saver(self))
+        self._loop_thread = threading.get_ident()
+
+    @property
+    def table(self) -> ProcessTable:
+        return self.gen.table if self.gen is not None else ProcessTable()
+
+    # --- the loop ------------------------------------------------------------------
+    def run(self) -> None:
+        """Launch, then apply events until the job ends; every process is gone after."""
+        self._loop_thread = threading.get_ident()
+        try:
+            self.launch()
+            while not self.status.done:
+                event = self.inbox.next(TICK_SECONDS)
+                if event is not None:
+                    self.dispatch(event)
+                now = time.monotonic()
+                for duty in self.duties:
+                    if not self.status.done:
+                        duty.tick(now)
+        except Exception as exc:
+            log.exception("supervisor failed")
+            self.fail(f"{type(exc).__name__}: {exc}")
+        finally:
+            self.shutdown()
+
+    def dispatch(self, event: Any) -> None:
+        if isinstance(event, ev.Request):
+            try:
+                event.future.set_result(self.apply(event.event))
+            except Exception as exc:  # the asker gets it; the loop goes on
+                event.future.set_exception(exc)
+            return
+        self.apply(event)
+
+    def apply(self, event: Any) -> Any:
+        handler = {
+            ev.Exited: lambda e: self.processes.on_exited(e.id, e.handle, e.code),
+            ev.Hello: lambda e: self.processes.on_hello(e.body),
+            ev.Bye: lambda e: self.processes.on_bye(e.body),
+            ev.Metric: lambda e: self.processes.on_metric(e.record),
+            ev.StopRequested: lambda e: self.stop(e.reason),
+            ev.StopProcesses: lambda e: self.stop_processes(e.ids),
+            ev.ScaleRequested: lambda e: self.scaling.request(e.workers),
+            ev.StartProcess: lambda e: self.start_process(e.proc),
+            ev.BackendDone: lambda e: self.on_backend_done(e.error),
+        }[type(event)]
+        return handler(event)
+
+    # --- the job host (what a backend's driver may call, from any thread) -----------
+    def start_process(self, proc: ProcessSpec) -> LaunchedProcess:
+        if threading.get_ident() != self._loop_thread:
+            return self.inbox.ask(ev.StartProcess(proc), START_SECONDS)
+        if self.stopping or self.gen is None:
+            raise RuntimeError(f"not starting {proc.id}: the job is ending")
+        handle = self.gen.start(proc)
+        self.save()
+        return handle
+
+    def backend_done(self, error: str | None) -> None:
+        self.inbox.post(ev.BackendDone(error))
+
+    # --- state ----------------------------------------------------------------------
+    def snapshot(self) -> JobStatus:
+        self.status.processes = self.table.rows()
+        self.status.helpers = self.table.helper_rows()
+        self.status.generation = self.gen.number if self.gen is not None else 0
+        self.status.metrics_records, self.status.metrics_rejected = self.counts()
+        self.status.backend_info = self.gen.info if self.gen is not None else {}
+        return self.status
+
+    def save(self) -> None:
+        self.dirty = False
+        status = self.snapshot()
+        self.job.write_state(status)
+        self.publish(status.to_dict())
+
+    def set_state(self, state: str, **event: Any) -> None:
+        self.status.state = state
+        if state in FINAL_STATES:
+            self.status.ended = time.time()
+        log.info("job %s -> %s %s", self.job.id, state, event or "")
+        self.job.append_event("state", state=state, **event)
+        self.save()
+
+    @staticmethod
+    def time() -> float:
+        return time.time()
+
+    def log_tail(self, record: Any) -> str:
+        return last_lines(self.job.log_file(record.id), TAIL_LINES)
+
+    # --- generations ------------------------------------------------------------------
+    def launch(self) -> None:
+        number = self.gen.number + 1 if self.gen is not None else 0
+        self.set_state("launching", generation=number, workers=self.spec.workers)
+        self.startup.restart()
+        self.gen = Generation(
+            number, self.spec, self.job, self.worker, self.inbox.post, self.plugins
+        )
+        self.gen.launch(self)
+        self.save()
+
+    def restart(self, workers: int) -> None:
+        """Stop the current generation and launch the next one with ``workers`` workers."""
+        assert self.gen is not None
+        log.info("restarting with %d workers", workers)
+        self.end_generation(self.spec.grace)
+        self.job.append_event(
+            "restart",
+            generation=self.gen.number + 1,
+            workers=workers,
+            previous=[r.to_dict() for r in self.table.rows()],
+        )
+        self.scaling.done()
+        self.resized(workers)
+        self.launch()
+
+    def resized(self, workers: int) -> None:
+        self.spec.workers = self.status.workers = workers
+        self.job.write_spec(self.spec)
+        self.save()
+
+    def end_generation(self, grace: float) -> None:
+        """Stop every process of the current generation and record how each ended."""
+        assert self.gen is not None
+        self.gen.stop(grace)
+        self.gen.close()
+        self.drain_exits()
+
+    def shutdown(self) -> None:
+        if self.gen is not None:
+            self.stopping = True
+            self.end_generation(0)
+        if not self.status.done:
+            self.set_state("failed", error=self.status.error or "supervisor ended unexpectedly")
+        self.drain_inbox()
+        self.save()
+
+    def install_signal_handlers(self) -> None:
+        """SIGTERM, SIGINT and SIGHUP stop the job (posted: a handler never blocks)."""
+        for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+            signal.signal(sig, lambda *_: self.inbox.post(ev.StopRequested("signal")))
+
+    def close(self) -> None:
+        """The last save, once the metrics channel has stored everything: the rows get
+        each process's last step, and the counts are final."""
+        self.drain_inbox()
+        self.save()
+
+    def drain_inbox(self) -> None:
+        """After the end: keep the last metrics, refuse what asks for more."""
+        for event in self.inbox.drain():
+            if isinstance(event, ev.Request):
+                event.future.set_exception(RuntimeError("the job has ended"))
+            elif isinstance(event, ev.Metric):
+                self.processes.on_metric(event.record)
+
+    # --- endings ------------------------------------------------------------------------
+    def fail(self, error: str, tail: str = "", **event: Any) -> None:
+        if self.status.done:
+            return
+        log.error("job failed: %s", error)
+        self.status.error, self.status.error_tail = error, tail
+        self.finish("failed", error=error, **event)
+
+    def stop(self, reason: str) -> None:
+        if self.status.done:
+            return
+        self.job.append_event("stop_requested", reason=reason)
+        self.finish("stopped", reason=reason)
+
+    def finish(self, state: str, **event: Any) -> None:
+        """Stop every process (SIGTERM, ``--grace``, SIGKILL), then enter ``state``."""
+        self.stopping = True
+        if self.gen is not None:
+            self.end_generation(self.spec.grace)
+        self.set_state(state, **event)
+
+    def on_backend_done(self, error: str | None) -> None:
+        """The backend's own driver (elastic Horovod) says the job has ended."""
+        if self.status.done or self.stopping:
+            return
+        if error:
+            self.fail(error)
+        else:
+            self.finish("succeeded")
+
+    def stop_processes(self, ids: list[ProcessId]) -> None:
+        """Stop some processes; the job's outcome then follows the backend's rules."""
+        live = {e.record.id: e for e in self.table.live_members()}
+        if set(live) <= set(ids):  # nothing would be left running: stop the job as a whole
+            self.stop(reason="user")
+            return
+        for pid in ids:
+            entry = self.table.entry(pid)
+            if entry is not None:
+                entry.record.stopped = True
+        self.job.append_event("stop_processes", processes=[str(pid) for pid in ids])
+        terminate(
+            [live[pid].handle for pid in ids if pid in live and live[pid].launched], self.spec.grace
+        )
+
+    def drain_exits(self) -> None:
+        """Record every exit not yet recorded: the waiters' codes, else killed."""
+        for entry in self.table.launched():
+            code = entry.handle.poll() if entry.handle else None
+            if code is not None:
+                record_exit(entry.record, code)
+        for record in [*self.table.rows(), *self.table.helper_rows()]:
+            record_exit(record, -signal.SIGKILL)

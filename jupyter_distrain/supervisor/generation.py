@@ -1,0 +1,85 @@
+"""One generation of a job: its launcher, backend plan and process table, started and
+stopped together. Scaling by checkpoint-and-restart replaces the generation."""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable
+
+from ..backends.base import Backend, JobHost, Plan, Services, WorkerCommand
+from ..contract import identity_env
+from ..launchers.base import LaunchedProcess, Launcher, ProcessSpec
+from ..plugins import BACKENDS, LAUNCHERS, load_plugin
+from ..spec import JobSpec
+from ..store import JobDir
+from .events import Exited
+from .table import Entry, ProcessTable
+from .termination import terminate
+
+log = logging.getLogger(__name__)
+
+
+class Generation:
+    """Places slots, asks the backend for a plan, starts its processes, and stops them."""
+
+    def __init__(
+        self,
+        number: int,
+        spec: JobSpec,
+        job: JobDir,
+        worker: WorkerCommand,
+        on_exit: Callable[[Exited], None],
+        plugins: Callable[[str, str], type] = load_plugin,
+    ):
+        self.number = number
+        self.spec = spec
+        self.job = job
+        self.worker = worker
+        self.on_exit = on_exit
+        self.table = ProcessTable(number)
+        self.launcher: Launcher = plugins(LAUNCHERS, spec.launcher)(spec, job)
+        self.backend: Backend = plugins(BACKENDS, spec.backend)(spec)
+        self.plan: Plan | None = None
+
+    def launch(self, host: JobHost) -> None:
+        """Start every process of the plan, then the plan's services."""
+        slots = self.launcher.place(self.backend.slots_needed())
+        self.plan = self.backend.prepare(slots, self.launcher, self.worker)
+        for proc in self.plan.processes:
+            for member, slot in proc.hosts.items():
+                self.table.add(member, slot.host, member.index).host = proc.id
+            self.start(proc)
+        self.plan.services.start(host)
+
+    def start(self, proc: ProcessSpec) -> LaunchedProcess:
+        """Start one process of the plan (or of the backend's driver) and record it."""
+        entry = self.table.entry(proc.id)
+        if entry is None or not entry.record.live:  # a new process, or a new one in its slot
+            host = proc.slot.host if proc.slot else "localhost"
+            entry = self.table.add(proc.id, host, proc.rank, helper=bool(proc.hosts))
+        proc.env.update(identity_env(proc.id, proc.slot.address if proc.slot else None))
+        log_path = self.job.log_file(proc.id)
+        handle = self.launcher.start(proc, log_path)
+        self.table.started(entry, handle, str(log_path.relative_to(self.job.path)))
+        self.job.append_event("launch", process=str(proc.id), pid=handle.pid, rank=proc.rank)
+        threading.Thread(target=self._wait, args=(entry, handle), daemon=True).start()
+        return handle
+
+    def _wait(self, entry: Entry, handle: LaunchedProcess) -> None:
+        self.on_exit(Exited(entry.record.id, handle, handle.wait()))
+
+    def stop(self, grace: float) -> None:
+        """Stop the services (so no driver starts anything new), then every process."""
+        if self.plan is not None:
+            services, self.plan.services = self.plan.services, Services()
+            services.stop()  # once: a second stop() is a no-op
+        terminate([e.handle for e in self.table.launched() if e.handle], grace)
+        self.launcher.sweep()  # anything that escaped its process group, orphans included
+
+    def close(self) -> None:
+        self.launcher.close()
+
+    @property
+    def info(self) -> dict[str, object]:
+        return self.plan.info if self.plan is not None else {}

@@ -1,0 +1,109 @@
+"""What the job's processes say and do, applied to the table: hello, bye, metrics and
+exits; after each exit, the backend's rules decide whether the job has ended."""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING, Any
+
+from ..contract import ProcessId
+from ..launchers.base import LaunchedProcess
+from ..store import ProcessRecord
+from .table import record_exit
+
+if TYPE_CHECKING:
+    from .core import Supervisor
+
+log = logging.getLogger(__name__)
+
+LIVE_FIELDS = ("step", "images_per_sec", "loss", "total_steps")
+
+
+class ProcessEvents:
+    def __init__(self, supervisor: Supervisor):
+        self.supervisor = supervisor
+
+    def on_hello(self, body: dict[str, Any]) -> None:
+        """A member is up. One that a helper started (an MPI rank) is adopted here."""
+        sup = self.supervisor
+        entry = sup.table.entry(ProcessId.of(body))
+        if entry is None or entry.host is None and entry.handle is None:
+            return
+        record = entry.record
+        if entry.handle is None and isinstance(body.get("pid"), int) and sup.gen is not None:
+            entry.handle = sup.gen.launcher.adopt(body["pid"], str(body.get("host", "")))
+            record.pid, record.started = body["pid"], body.get("time")
+        record.host = str(body.get("host") or record.host)
+        record.address = str(body.get("address") or record.address)
+        record.state = "running"
+        sup.job.append_event("process_up", process=str(record.id), pid=record.pid)
+        if sup.status.state == "launching" and sup.table.all_up():
+            sup.status.running_at = sup.time()
+            ready = round(sup.status.running_at - (sup.status.created or 0), 3)
+            sup.set_state("running", seconds_to_running=ready)
+        else:
+            sup.save()
+
+    def on_bye(self, body: dict[str, Any]) -> None:
+        """A member a helper started reports its exit code (ours report through wait())."""
+        entry = self.supervisor.table.entry(ProcessId.of(body))
+        if entry is None or entry.launched or entry.handle is None:
+            return
+        if entry.handle.pid != body.get("pid") or not isinstance(body.get("code"), int):
+            return
+        self.ended(entry.record, body["code"])
+
+    def on_exited(self, pid: ProcessId, handle: LaunchedProcess, code: int) -> None:
+        table = self.supervisor.table
+        entry = table.entry(pid)
+        if entry is None or entry.handle is not handle:
+            return  # a process of an earlier generation, already accounted for
+        if pid in table.helpers:
+            record_exit(entry.record, code)
+            hosted = [e.record for e in table.hosted_by(pid) if e.record.live]
+            for record in hosted:  # members that said no bye end with their helper
+                self.ended(record, code)
+            return
+        self.ended(entry.record, code)
+
+    def on_metric(self, record: dict[str, Any]) -> None:
+        entry = self.supervisor.table.entry(ProcessId.of(record))
+        if entry is None:
+            return
+        row = entry.record
+        row.heartbeat = record.get("time", row.heartbeat)
+        if "step" in record:
+            for name in LIVE_FIELDS:
+                setattr(row, name, record.get(name, getattr(row, name)))
+        self.supervisor.dirty = True
+
+    def ended(self, record: ProcessRecord, code: int) -> None:
+        """Record a member's exit, then apply the scaling protocol or the backend's rules."""
+        sup = self.supervisor
+        if not record_exit(record, code):
+            return
+        sup.job.append_event("exit", process=str(record.id), code=code)
+        sup.save()
+        if sup.stopping or sup.status.done:
+            return
+        if sup.scaling.checkpointed(code):
+            assert sup.scaling.target is not None
+            sup.restart(sup.scaling.target)
+            return
+        assert sup.gen is not None
+        outcome = sup.gen.backend.outcome(sup.table.rows(), record)
+        if outcome is None:
+            if code:
+                sup.job.append_event("process_lost", process=str(record.id), code=code)
+            return
+        if outcome.state == "failed":
+            culprit = outcome.culprit
+            sup.fail(
+                outcome.error or "failed",
+                tail=sup.log_tail(culprit) if culprit else "",
+                process=str(culprit.id) if culprit else None,
+            )
+            return
+        if sup.table.live_members():
+            sup.job.append_event("finishing", reason=f"{record.id} ended the job")
+        sup.finish("succeeded")

@@ -1,0 +1,97 @@
+"""The supervisor's periodic duties, each a small object the loop ticks: the startup
+deadline, memory limits, the scale timeout, orphan reaping, and saving live metrics."""
+
+from __future__ import annotations
+
+import signal
+from typing import TYPE_CHECKING
+
+from ..timing import Deadline
+from .table import record_exit
+
+if TYPE_CHECKING:
+    from .core import Supervisor
+
+
+class Periodic:
+    """Runs :meth:`run` at most every ``interval`` seconds (0: on every tick)."""
+
+    interval = 0.5
+
+    def __init__(self, supervisor: Supervisor):
+        self.supervisor = supervisor
+        self.next = 0.0
+
+    def tick(self, now: float) -> None:
+        if now >= self.next:
+            self.next = now + self.interval
+            self.run()
+
+    def run(self) -> None:
+        raise NotImplementedError
+
+
+class StartupDeadline(Periodic):
+    """Fails the job when its processes are not all up within ``--timeout``."""
+
+    interval = 0.0
+
+    def __init__(self, supervisor: Supervisor):
+        super().__init__(supervisor)
+        self.deadline = Deadline(supervisor.spec.timeout)
+
+    def restart(self) -> None:
+        self.deadline = Deadline(self.supervisor.spec.timeout)
+
+    def run(self) -> None:
+        sup = self.supervisor
+        if sup.status.state == "launching" and self.deadline.expired:
+            missing = ", ".join(str(pid) for pid in sup.table.not_up())
+            sup.fail(f"startup timeout: {missing} did not come up within {sup.spec.timeout:g} s")
+
+
+class MemoryWatch(Periodic):
+    """Kills a process whose resident set (children included) exceeds ``--memory``, and
+    fails the job naming it."""
+
+    def run(self) -> None:
+        sup = self.supervisor
+        if sup.spec.memory is None:
+            return
+        limit = sup.spec.memory * 2**30
+        for entry in sup.table.live_members():
+            used = entry.handle.memory_bytes() if entry.handle else 0
+            if used <= limit:
+                continue
+            entry.handle.signal(signal.SIGKILL, tree=True)
+            record_exit(entry.record, -signal.SIGKILL)
+            pid = entry.record.id
+            name = f"worker {pid.index}" if pid.role == "worker" else pid.describe()
+            sup.fail(
+                f"{name} exceeded {sup.spec.memory:.1f} GiB (resident {used / 2**30:.2f} GiB)",
+                process=str(pid),
+            )
+            return
+
+
+class ScaleTimeout(Periodic):
+    def run(self) -> None:
+        self.supervisor.scaling.expire()
+
+
+class OrphanReaper(Periodic):
+    """Collecting orphans scans /proc: rare work, kept off the hot path."""
+
+    interval = 5.0
+
+    def run(self) -> None:
+        if self.supervisor.gen is not None:
+            self.supervisor.gen.launcher.reap()
+
+
+class Saver(Periodic):
+    """Writes state.json when live metrics changed it since the last save."""
+
+    def run(self) -> None:
+        if self.supervisor.dirty:
+            self.supervisor.save()

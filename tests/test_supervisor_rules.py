@@ -1,0 +1,323 @@
+"""The supervisor's transitions, driven by events through an in-memory launcher.
+
+No process is started: the launcher below hands out fake processes whose exits
+the tests decide, as Horovod tests its elastic driver with a fake discovery.
+Everything else (the loop, the table, the backends' plans and rules, the job
+directory) is the real code. The whole file runs in about a second.
+"""
+
+from __future__ import annotations
+
+import itertools
+import signal
+import threading
+from pathlib import Path
+
+import pytest
+
+from jupyter_distrain.backends.base import WorkerCommand
+from jupyter_distrain.contract import CHECKPOINT_EXIT, Env, ProcessId, bye, hello
+from jupyter_distrain.launchers.base import LaunchedProcess, Launcher, ProcessSpec, Slot
+from jupyter_distrain.plugins import LAUNCHERS, load_plugin
+from jupyter_distrain.spec import JobSpec
+from jupyter_distrain.store import JobDir
+from jupyter_distrain.supervisor import events as ev
+from jupyter_distrain.supervisor.core import Supervisor
+
+W0, W1, W2 = (ProcessId("worker", i) for i in range(3))
+_pids = itertools.count(10_000)
+
+
+class FakeProcess(LaunchedProcess):
+    """A process whose exit the test decides; SIGTERM and SIGKILL end it."""
+
+    def __init__(self, proc: ProcessSpec | None, ignores_term: bool = False):
+        self.proc = proc
+        self.pid = next(_pids)
+        self.signals: list[int] = []
+        self.memory = 0
+        self.ignores_term = ignores_term
+        self.code: int | None = None
+        self._ended = threading.Event()
+
+    def exit(self, code: int) -> None:
+        if self.code is None:
+            self.code = code
+            self._ended.set()
+
+    def wait(self) -> int:
+        self._ended.wait()
+        assert self.code is not None
+        return self.code
+
+    def poll(self) -> int | None:
+        return self.code
+
+    def signal(self, sig: int, tree: bool = False) -> None:
+        self.signals.append(sig)
+        if sig == signal.SIGKILL or (sig == signal.SIGTERM and not self.ignores_term):
+            self.exit(-sig)
+
+    def memory_bytes(self) -> int:
+        return self.memory
+
+
+class FakeLauncher(Launcher):
+    name = "fake"
+    started: list[FakeProcess]
+    adopted: list[FakeProcess]
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        FakeLauncher.started, FakeLauncher.adopted = [], []
+
+    def place(self, n: int) -> list[Slot]:
+        return [Slot("localhost", "127.0.0.1", i, i) for i in range(n)]
+
+    def reserve_ports(self, slots: list[Slot]) -> list[int]:
+        return [20_000 + s.index for s in slots]
+
+    def start(self, proc: ProcessSpec, log_path: Path) -> LaunchedProcess:
+        self.started.append(FakeProcess(proc))
+        return self.started[-1]
+
+    def adopt(self, pid: int, host: str) -> LaunchedProcess:
+        self.adopted.append(FakeProcess(None))
+        self.adopted[-1].pid = pid
+        return self.adopted[-1]
+
+
+def plugins(group: str, name: str) -> type:
+    return FakeLauncher if group == LAUNCHERS else load_plugin(group, name)
+
+
+class Harness:
+    """A supervisor over a real job directory, pumped by the test."""
+
+    def __init__(self, **fields):
+        fields = {"code": "pass\n", "workers": 2, "backend": "tf", "grace": 0.2, **fields}
+        self.job = JobDir.create(JobSpec(**fields))
+        self.inbox = ev.Inbox()
+        worker = WorkerCommand(["python", "-m", "jupyter_distrain.worker"], {Env.BACKEND: "x"})
+        self.sup = Supervisor(self.job, self.inbox, worker, plugins=plugins)
+        self.sup.launch()
+
+    @property
+    def procs(self) -> dict[ProcessId, FakeProcess]:
+        """The latest process started for each id."""
+        return {p.proc.id: p for p in FakeLauncher.started}
+
+    def send(self, event) -> None:
+        self.sup.dispatch(event)
+
+    def ask(self, event):
+        request = ev.Request(event)
+        self.sup.dispatch(request)
+        return request.future.result(timeout=0)
+
+    def hello(self, pid: ProcessId, os_pid: int | None = None) -> None:
+        self.send(ev.Hello(hello(pid, os_pid or self.procs[pid].pid, "localhost", "127.0.0.1")))
+
+    def up(self) -> None:
+        for pid in list(self.procs):
+            self.hello(pid)
+
+    def exit(self, pid: ProcessId, code: int) -> None:
+        """The process exits; its waiter posts the exit, which the loop applies."""
+        self.procs[pid].exit(code)
+        self.pump()
+
+    def pump(self) -> None:
+        """Apply every event posted so far (waiter threads post right after an exit)."""
+        while (event := self.inbox.next(0.2)) is not None:
+            self.send(event)
+
+    def tick(self) -> None:
+        for duty in self.sup.duties:
+            duty.tick(float("inf"))
+
+    @property
+    def state(self):
+        return self.job.read_state()
+
+    def events(self, kind: str) -> list[dict]:
+        return [e for e in self.job.read_events() if e["event"] == kind]
+
+
+@pytest.fixture
+def harness(jobs_root):
+    made: list[Harness] = []
+
+    def make(**fields) -> Harness:
+        made.append(Harness(**fields))
+        return made[-1]
+
+    yield make
+    for h in made:
+        if not h.sup.status.done:
+            h.sup.stop("test over")
+
+
+def test_a_job_runs_once_every_process_says_hello_and_succeeds_when_all_exit_0(harness):
+    h = harness()
+    assert h.state.state == "launching"
+    assert [(p.id, p.state) for p in h.state.processes] == [(W0, "starting"), (W1, "starting")]
+    env = h.procs[W1].proc.env
+    assert env[Env.ROLE] == "worker" and env[Env.INDEX] == "1" and env[Env.BACKEND] == "x"
+    h.hello(W0)
+    assert h.state.state == "launching"
+    h.hello(W1)
+    assert h.state.state == "running" and h.state.running_at
+    h.exit(W0, 0)
+    assert h.state.state == "running"
+    h.exit(W1, 0)
+    status = h.state
+    assert status.state == "succeeded" and [p.exit_code for p in status.processes] == [0, 0]
+
+
+def test_the_first_failure_fails_the_job_and_stops_the_others(harness):
+    h = harness()
+    h.up()
+    h.job.log_file(W1).write_text("Traceback\nValueError: bad batch\n")
+    h.exit(W1, 1)
+    status = h.state
+    assert status.state == "failed" and status.error == "rank 1 failed first (exit code 1)"
+    assert status.error_tail.endswith("ValueError: bad batch")
+    assert h.procs[W0].signals[0] == signal.SIGTERM and h.procs[W0].code == -signal.SIGTERM
+    assert not any(p.live for p in status.processes)
+
+
+def test_a_process_that_ignores_sigterm_is_killed_after_the_grace(harness):
+    h = harness(workers=1)
+    FakeLauncher.started[0].ignores_term = True
+    h.up()
+    h.send(ev.StopRequested("user"))
+    assert h.procs[W0].signals[:2] == [signal.SIGTERM, signal.SIGKILL]
+    assert h.state.state == "stopped" and h.state.processes[0].state == "killed"
+
+
+def test_startup_timeout_names_the_processes_not_up(harness):
+    h = harness(workers=3, timeout=0.01)
+    h.hello(W1)
+    threading.Event().wait(0.02)
+    h.tick()
+    assert h.state.state == "failed"
+    assert h.state.error == "startup timeout: worker-0, worker-2 did not come up within 0.01 s"
+
+
+def test_memory_is_read_and_the_kill_sent_through_the_launcher(harness):
+    h = harness(memory=0.5)
+    h.up()
+    h.procs[W1].memory = 2**30
+    h.tick()
+    assert signal.SIGKILL in h.procs[W1].signals
+    assert h.state.state == "failed" and h.state.error.startswith("worker 1 exceeded 0.5 GiB")
+
+
+def test_scaling_asks_for_a_checkpoint_and_restarts_at_the_new_size(harness):
+    h = harness(backend="tf")
+    with pytest.raises(ValueError, match="cannot scale a job that is launching"):
+        h.ask(ev.ScaleRequested(3))
+    h.up()
+    old = dict(h.procs)
+    h.ask(ev.ScaleRequested(3))
+    assert h.state.scaling_to == 3
+    assert all(p.signals == [signal.SIGUSR1] for p in old.values())
+    h.exit(W0, CHECKPOINT_EXIT)
+    status = h.state
+    assert status.state == "launching" and status.generation == 1 and status.workers == 3
+    assert [p.id for p in status.processes] == [W0, W1, W2] and status.scaling_to is None
+    assert h.job.read_spec().workers == 3 and old[W1].code == -signal.SIGTERM
+    assert h.events("restart")[0]["previous"][0]["exit_code"] == CHECKPOINT_EXIT
+    h.send(ev.Exited(W1, old[W1], -signal.SIGTERM))  # a late exit of the old generation
+    assert h.state.state == "launching"
+    h.up()
+    assert h.state.state == "running"
+
+
+def test_a_scale_the_workers_never_answer_is_dropped(harness):
+    h = harness()
+    h.up()
+    h.ask(ev.ScaleRequested(3))
+    h.sup.scaling.deadline.at = 0
+    h.tick()
+    assert h.state.scaling_to is None and h.events("scale_failed")
+
+
+def test_stopping_some_workers_leaves_the_others_and_the_job_decides_later(harness):
+    h = harness(workers=3, backend="plain")
+    h.up()
+    h.send(ev.StopProcesses([W1]))
+    h.pump()
+    assert h.procs[W1].code == -signal.SIGTERM and h.procs[W0].signals == []
+    assert h.state.state == "running" and h.state.process(W1).stopped
+    h.exit(W0, 0)
+    h.exit(W2, 0)
+    assert h.state.state == "succeeded"  # a worker stopped on request is no failure
+    h2 = harness(workers=2, backend="plain")
+    h2.up()
+    h2.send(ev.StopProcesses([W0, W1]))  # every live worker: the job stops as a whole
+    assert h2.state.state == "stopped"
+
+
+def test_mpirun_ranks_are_adopted_on_hello_and_report_their_exits(harness, monkeypatch):
+    monkeypatch.setenv("PATH", "/usr/bin:/bin")
+    h = harness(backend="horovod", controller="mpi")
+    status = h.state
+    assert [p.id for p in status.processes] == [W0, W1] and status.processes[0].pid is None
+    assert [p.id for p in status.helpers] == [ProcessId("mpirun", 0)]
+    mpirun = h.procs[ProcessId("mpirun", 0)]
+    assert mpirun.proc.env[Env.IDENTITY_FROM_MPI] == "1"
+    h.hello(W0, 501)
+    h.hello(W1, 502)
+    assert h.state.state == "running" and [a.pid for a in FakeLauncher.adopted] == [501, 502]
+    h.ask(ev.ScaleRequested(3))  # the checkpoint request reaches each rank's own pid
+    assert [a.signals for a in FakeLauncher.adopted] == [[signal.SIGUSR1]] * 2
+    h.send(ev.Bye(bye(W0, 999, 0)))  # a bye from a pid that is not the rank's: ignored
+    assert h.state.process(W0).live
+    h.send(ev.Bye(bye(W0, 501, 0)))
+    assert h.state.process(W0).exit_code == 0
+    h.exit(ProcessId("mpirun", 0), 1)  # rank 1 said no bye: it ends with its mpirun
+    status = h.state
+    assert status.state == "failed" and status.error == "rank 1 failed first (exit code 1)"
+
+
+def test_parameter_server_rules(harness):
+    h = harness(backend="ps", ps=1, code="import tensorflow\n")
+    chief, ps0 = ProcessId("chief", 0), ProcessId("ps", 0)
+    assert sorted(str(p.id) for p in h.state.processes) == ["chief-0", "ps-0", "worker-0", "worker-1"]
+    assert h.state.backend_info["cluster"]["ps"] == ["127.0.0.1:20003"]
+    assert h.procs[W0].proc.env[Env.MODE] == "server"
+    h.up()
+    h.exit(W1, -9)  # a lost worker: TensorFlow's coordinator carries on
+    assert h.state.state == "running" and h.events("process_lost")[0]["process"] == "worker-1"
+    h.exit(chief, 0)
+    assert h.state.state == "succeeded" and h.procs[ps0].code == -signal.SIGTERM
+    h2 = harness(backend="ps", ps=1)
+    h2.up()
+    h2.exit(ProcessId("ps", 0), 1)
+    assert h2.state.state == "failed" and h2.state.error == "ps 0 died (exit code 1)"
+
+
+def test_metrics_update_rows_and_unknown_or_malformed_ids_are_ignored(harness):
+    h = harness()
+    h.up()
+    h.send(ev.Metric({"role": "worker", "index": 1, "time": 5.0, "step": 7, "loss": 0.5}))
+    h.send(ev.Metric({"role": "worker", "index": "1", "step": 99}))
+    h.send(ev.Metric({"role": "ps", "index": 4, "step": 99}))
+    h.tick()
+    row = h.state.process(W1)
+    assert (row.step, row.loss, row.heartbeat) == (7, 0.5, 5.0)
+    assert h.state.process(W0).step is None
+
+
+def test_a_driver_thread_starts_processes_through_the_loop(harness):
+    h = harness()
+    h.up()
+    proc = h.sup.worker.process(W2, Slot("localhost", "127.0.0.1", 2, 2), rank=2)
+    started: list[LaunchedProcess] = []
+    thread = threading.Thread(target=lambda: started.append(h.sup.start_process(proc)))
+    thread.start()
+    h.send(h.inbox.next(5))  # the request the thread posted
+    thread.join(5)
+    assert started and started[0] is h.procs[W2] and h.state.process(W2).state == "starting"
