@@ -20,6 +20,7 @@ import tempfile
 from pathlib import Path
 
 from jupyter_distrain import JobSpec, submit
+from jupyter_distrain.contract import ProcessId
 
 BATCH, STEPS, EPOCHS = 64, 40, 4
 
@@ -112,8 +113,8 @@ CONFIGS = {
 def run_config(name: str) -> float:
     fields, body, reporter = CONFIGS[name]
     job = submit(JobSpec(code=COMMON + body, workers=2, name="bench", **fields))
-    job.wait(stream=False)
-    match = re.search(r"BENCH images_per_sec=([\d.]+)", job.logs(rank=0, role=reporter))
+    job.wait()
+    match = re.search(r"BENCH images_per_sec=([\d.]+)", job.logs(ProcessId(reporter, 0)))
     if match is None:
         raise RuntimeError(f"{name}: no BENCH line in {job.id}")
     return float(match.group(1))

@@ -17,6 +17,7 @@ import time
 from pathlib import Path
 
 from jupyter_distrain import JobSpec, submit
+from jupyter_distrain.contract import ProcessId
 
 SCRIPT = """
 import time
@@ -54,8 +55,9 @@ model.fit(data, steps_per_epoch=500, epochs=4, verbose=0,
 def run(instrumented: bool) -> float:
     env = {} if instrumented else {"JUPYTER_DISTRAIN_INSTRUMENT": "0"}
     job = submit(JobSpec(code=SCRIPT, workers=2, env=env, name="overhead"))
-    job.wait(stream=False)
-    return float(re.search(r"BENCH steps_per_sec=([\d.]+)", job.logs(rank=0)).group(1))
+    job.wait()
+    log = job.logs(ProcessId("worker", 0))
+    return float(re.search(r"BENCH steps_per_sec=([\d.]+)", log).group(1))
 
 
 def direct_cost_per_step(steps: int = 50_000) -> float:

@@ -85,6 +85,7 @@ def run_horovodrun(script: Path) -> tuple[float, float]:
 
 
 def run_distributed(shell, code: str, flags: str = "") -> tuple[float, float]:
+    from jupyter_distrain.contract import ProcessId
     from jupyter_distrain.job import Job
 
     started = time.time()
@@ -92,11 +93,11 @@ def run_distributed(shell, code: str, flags: str = "") -> tuple[float, float]:
         stdout, sys.stdout = sys.stdout, devnull
         try:
             job = shell.run_cell_magic("distributed", f"--workers 2 --background {flags}", code)
-            job.wait(stream=False)
+            job.wait()
         finally:
             sys.stdout = stdout
     assert isinstance(job, Job)
-    first, rate = parse(job.dir.log_file("worker", 0).read_text())
+    first, rate = parse(job.dir.log_file(ProcessId("worker", 0)).read_text())
     return first - started, rate
 
 

@@ -17,13 +17,14 @@ import tempfile
 import time
 from pathlib import Path
 
+from jupyter_distrain.contract import ProcessId
 from jupyter_distrain.metrics import Collector, Reporter
 
 SECRET = "benchmark-secret"
 
 
 def send(address: str, rank: int, records: int) -> None:
-    reporter = Reporter(address, SECRET, {"role": "worker", "rank": rank})
+    reporter = Reporter(address, SECRET, ProcessId("worker", rank).fields())
     now = time.time()
     for step in range(records):
         reporter.report(
@@ -62,7 +63,7 @@ def main() -> int:
         lines = path.read_bytes().splitlines()
         per_rank = [0] * args.senders
         for line in lines:
-            per_rank[json.loads(line)["rank"]] += 1
+            per_rank[ProcessId.of(json.loads(line)).index] += 1
     print(
         f"senders {args.senders}, records sent {expected:,}, stored {len(lines):,} "
         f"(per sender: {per_rank}), rejected {collector.rejected}"

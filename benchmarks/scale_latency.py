@@ -17,6 +17,8 @@ import time
 from pathlib import Path
 
 from jupyter_distrain import JobSpec, submit
+from jupyter_distrain.contract import ProcessId
+from jupyter_distrain.timing import poll_until
 
 KERAS = """
 import numpy as np
@@ -64,11 +66,8 @@ def first_step_time(job, predicate) -> float | None:
 
 
 def wait_until(predicate, timeout: float = 300) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise TimeoutError
-        time.sleep(0.05)
+    if not poll_until(predicate, timeout, 0.05):
+        raise TimeoutError
 
 
 def cold_start(code: str) -> float:
@@ -108,7 +107,7 @@ def main() -> int:
         rows = [
             (
                 "checkpoint + restart (Keras fit)",
-                scaled(keras, lambda r: r["rank"] == 2),
+                scaled(keras, lambda r: ProcessId.of(r) == ProcessId("worker", 2)),
                 cold_start(keras),
             ),
             ("elastic Horovod", scaled(elastic, lambda r: r.get("size") == 3), cold_start(elastic)),

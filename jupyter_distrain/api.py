@@ -5,6 +5,7 @@ The ``%%distributed`` magic is a thin layer over :func:`submit`.
 
 from __future__ import annotations
 
+import dataclasses
 import subprocess
 import sys
 import threading
@@ -12,6 +13,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from .cellcheck import check_syntax
+from .follow import follow
 from .job import Job
 from .plugins import BACKENDS, LAUNCHERS, load_plugin
 from .spec import JobSpec, SpecError
@@ -61,7 +63,8 @@ def pickle_pushed(names: list[str], namespace: Mapping[str, Any]) -> bytes | Non
 def submit(spec: JobSpec, namespace: Mapping[str, Any] | None = None) -> Job:
     """Start a job and return its handle at once. Nothing is launched on bad input.
 
-    ``spec.backend`` is resolved in place; ``job.backend_reason`` says why it was chosen.
+    ``spec`` is left as given: the job runs a copy with its backend resolved
+    (``job.spec``), and ``job.backend_reason`` says why that backend was chosen.
     """
     spec.validate()
     check_syntax(spec.code)
@@ -69,16 +72,14 @@ def submit(spec: JobSpec, namespace: Mapping[str, Any] | None = None) -> Job:
         load_plugin(LAUNCHERS, spec.launcher)
     except ValueError as exc:
         raise SpecError(f"--launcher: {exc}") from None
-    spec.backend, reason = resolve_backend(spec)
-    pushed = pickle_pushed(spec.push, namespace or {})
-    job = JobDir.create(spec)
+    backend, reason = resolve_backend(spec)
+    resolved = dataclasses.replace(spec, backend=backend)
+    pushed = pickle_pushed(resolved.push, namespace or {})
+    job_dir = JobDir.create(resolved)
     if pushed is not None:
-        job.push_file.write_bytes(pushed)
-        job.push_file.chmod(0o600)
-    start_supervisor(job)
-    handle = Job(job)
-    handle.backend_reason = reason
-    return handle
+        job_dir.write_pushed(pushed)
+    start_supervisor(job_dir)
+    return Job(job_dir, backend_reason=reason)
 
 
 def start_supervisor(job: JobDir) -> None:
@@ -96,8 +97,9 @@ def start_supervisor(job: JobDir) -> None:
     threading.Thread(target=proc.wait, daemon=True).start()
 
 
-def run(spec: JobSpec, namespace: Mapping[str, Any] | None = None, **wait: Any) -> Job:
-    """Submit a job and wait for it, streaming its output (see :meth:`Job.wait`)."""
+def run(spec: JobSpec, namespace: Mapping[str, Any] | None = None, **options: Any) -> Job:
+    """Submit a job and follow it to its end, streaming its output; Ctrl-C stops it.
+    ``options`` are :func:`jupyter_distrain.follow.follow`'s (``view``, ``timeout``, ...)."""
     job = submit(spec, namespace)
-    job.wait(**wait)
+    follow(job, **options)
     return job

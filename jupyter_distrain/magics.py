@@ -18,19 +18,21 @@ from IPython.core.magic_arguments import (
 
 from . import api
 from .cellcheck import undefined_names
+from .contract import ProcessId
+from .follow import follow, follow_async
 from .job import Job, JobFailed
 from .plugins import BACKENDS, LAUNCHERS, plugin_names
 from .spec import JobSpec, SpecError, parse_env_pairs, parse_names
-from .store import FINAL_STATES
-from .widget import follow_in_background, make_view, wait_with_view, wait_with_view_async
+from .store import JobStatus
+from .widget import JobWidget, TextSummary, follow_in_background, make_view
 
 
-def _job_line(job: Job) -> str:
-    status = job.status()
-    spec = job.dir.read_spec()
-    created = time.strftime("%Y-%m-%d %H:%M", time.localtime(status.get("created", 0)))
+def _job_line(job: Job, status: JobStatus | None = None) -> str:
+    status = job.status() if status is None else status
+    spec = job.spec
+    created = time.strftime("%Y-%m-%d %H:%M", time.localtime(status.created or 0))
     return (
-        f"{job.id:<24} {status['state']:<10} {spec.workers:>3} workers  "
+        f"{job.id:<24} {status.state:<10} {spec.workers:>3} workers  "
         f"{spec.backend}/{spec.launcher}  {created}"
     )
 
@@ -116,25 +118,25 @@ class DistributedMagics(Magics):
         """
         if cell is None:
             return self._line_command(line)
-        job, spec, args, view = self._start(line, cell)
+        job, args, view = self._start(line, cell)
         if args.background:
             follow_in_background(job, view)
             return job
-        wait_with_view(job, view)
-        self._bind_out(job, spec)
+        follow(job, view)
+        self._bind_out(job)
         return None
 
     async def distributed_async(self, line: str, cell: str) -> Any:
         """The cell form, when a kernel runs it as an async cell (see ``async_cell``)."""
-        job, spec, args, view = self._start(line, cell)
+        job, args, view = self._start(line, cell)
         if args.background:
             follow_in_background(job, view)
             return job
-        await wait_with_view_async(job, view)
-        self._bind_out(job, spec)
+        await follow_async(job, view)
+        self._bind_out(job)
         return None
 
-    def _start(self, line: str, cell: str) -> tuple[Job, JobSpec, Any, Any]:
+    def _start(self, line: str, cell: str) -> tuple[Job, Any, JobWidget | TextSummary]:
         """Parse, check and submit; show the job's view."""
         args = parse_argstring(self.distributed, line)
         try:
@@ -159,16 +161,18 @@ class DistributedMagics(Magics):
             job = api.submit(spec, self.shell.user_ns)
         except SpecError as exc:
             raise UsageError(str(exc)) from None
+        spec = job.spec  # as submitted: the backend resolved
         print(
             f"Job {job.id}: {_shape(spec)}; backend {_backend_text(spec)} "
             f"({job.backend_reason}); launcher {spec.launcher}",
             flush=True,
         )
-        return job, spec, args, make_view(job)
+        return job, args, make_view(job)
 
-    def _bind_out(self, job: Job, spec: JobSpec) -> None:
-        if spec.out:
-            self.shell.user_ns[spec.out] = job.result()
+    def _bind_out(self, job: Job) -> None:
+        out = job.spec.out
+        if out:
+            self.shell.user_ns[out] = job.result()
 
     def _warn_undefined(self, spec: JobSpec) -> None:
         names = [n for n in undefined_names(spec.code) if n not in spec.push]
@@ -208,7 +212,7 @@ class DistributedMagics(Magics):
             self._print_status(job)
         elif args.command == "logs":
             try:
-                print(job.logs(rank=args.rank))
+                print(job.logs(None if args.rank is None else ProcessId("worker", args.rank)))
             except KeyError as exc:
                 raise UsageError(str(exc.args[0])) from None
         elif args.command == "stop":
@@ -226,25 +230,27 @@ class DistributedMagics(Magics):
     @staticmethod
     def _print_status(job: Job) -> None:
         status = job.status()
-        print(_job_line(job))
-        if status.get("error"):
-            print(f"error: {status['error']}")
-        for p in status.get("processes", []):
-            code = "" if p.get("exit_code") is None else f" (exit {p['exit_code']})"
-            label, pid = f"{p['role']}-{p['index']}", p.get("pid") or "-"
-            print(f"  {label:<10} pid {pid:<8} {p['host']:<12} {p['state']}{code}")
+        print(_job_line(job, status))
+        if status.error:
+            print(f"error: {status.error}")
+        for p in [*status.processes, *status.helpers]:
+            code = "" if p.exit_code is None else f" (exit {p.exit_code})"
+            label, pid = str(p.id), p.pid or "-"
+            print(f"  {label:<10} pid {pid:<8} {p.host:<12} {p.state}{code}")
 
     def _attach(self, job: Job) -> Job:
-        print(f"Attached to job {job.id} ({job.state}).", flush=True)
+        status = job.status()
+        print(f"Attached to job {job.id} ({status.state}).", flush=True)
         view = make_view(job)  # rebuilt from the store: the whole history
-        if job.state not in FINAL_STATES:
-            try:
-                wait_with_view(job, view, from_start=False, stop_on_interrupt=False)
+        if status.done:
+            view.refresh(force=True)
+        else:
+            try:  # an interrupt detaches: only the cell that started a job stops it
+                follow(job, view, from_start=False, stop_on_interrupt=False)
             except KeyboardInterrupt:
                 print(f"Detached; job {job.id} goes on (`%distributed stop {job.id}` stops it).")
             except JobFailed:
                 pass
-        view.refresh(force=True)
         self._print_status(job)
         return job
 

@@ -8,6 +8,7 @@ and redraws at most ``MAX_REDRAWS_PER_SECOND`` times a second.
 
 from __future__ import annotations
 
+import contextlib
 import html
 import json
 import statistics
@@ -15,6 +16,7 @@ import sys
 import threading
 import time
 from collections import defaultdict, deque
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from typing import Any
 
 import ipywidgets as widgets
@@ -22,8 +24,11 @@ import traitlets
 from IPython import get_ipython
 from IPython.display import display
 
-from .job import Job
-from .store import FINAL_STATES, LIVE_PROCESS_STATES
+from .contract import ProcessId
+from .follow import follow
+from .job import Job, JobFailed
+from .store import FINAL_STATES, JobStatus, ProcessRecord
+from .tail import LineReader, last_lines
 
 MAX_REDRAWS_PER_SECOND = 4
 STRAGGLER_WINDOW = 20  # steps
@@ -43,89 +48,116 @@ STATE_COLOURS = {
 LINE_COLOURS = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2")
 
 
+def stragglers(recent: Mapping[str, Sequence[float]], running: Collection[str]) -> list[str]:
+    """The running processes whose median images/sec over their recent steps is more than
+    ``STRAGGLER_GAP`` below the median of those medians (``recent`` by process label)."""
+    medians = {k: statistics.median(v) for k, v in recent.items() if v and k in running}
+    if len(medians) < 2:
+        return []
+    overall = statistics.median(medians.values())
+    return sorted(k for k, v in medians.items() if v < (1 - STRAGGLER_GAP) * overall)
+
+
+def progress(
+    steps: Iterable[int | None],
+    total_steps: int | None,
+    first_step_time: float | None,
+    now: float,
+) -> tuple[float, float | None]:
+    """Fraction done (the furthest process's step over the total) and seconds left
+    (from the time since the first step), when the number of steps is known."""
+    reached = [s for s in steps if s]
+    if not total_steps or not reached:
+        return 0.0, None
+    done = min(max(reached) / total_steps, 1.0)
+    elapsed = now - (first_step_time or now)
+    eta = elapsed * (1 - done) / done if done > 0 else None
+    return done, eta
+
+
+def aggregate_images_per_sec(processes: Iterable[ProcessRecord]) -> float:
+    """The job's images/sec: the sum over its live processes."""
+    return sum(p.images_per_sec or 0.0 for p in processes if p.live and p.images_per_sec)
+
+
+def launch_progress(processes: Sequence[ProcessRecord]) -> str:
+    """How many processes are up, e.g. ``"1/2 processes up"``."""
+    up = sum(p.state == "running" for p in processes)
+    return f"{up}/{len(processes)} processes up"
+
+
+def time_to_first_step(first_step_time: float | None, created: float | None) -> float | None:
+    """Seconds from the job's creation to its first training step, once there is one."""
+    if first_step_time is None or created is None:
+        return None
+    return first_step_time - created
+
+
 class JobModel:
     """What the views show, computed from the store; independent of any UI."""
 
     def __init__(self, job: Job):
         self.job = job
-        self.offset = 0
-        self.partial = b""
+        self.metrics = LineReader(job.dir.metrics_file)
         self.series: dict[str, deque[tuple[int, float]]] = defaultdict(
             lambda: deque(maxlen=CHART_POINTS)
         )
         self.recent: dict[str, deque[float]] = defaultdict(lambda: deque(maxlen=STRAGGLER_WINDOW))
         self.first_step_time: float | None = None
         self.total_steps: int | None = None
-        self.status: dict[str, Any] = {}
+        self.status = JobStatus()
 
-    def update(self) -> None:
-        self.status = self.job.status()
-        try:
-            with open(self.job.dir.metrics_file, "rb") as f:
-                f.seek(self.offset)
-                data = self.partial + f.read()
-        except FileNotFoundError:
-            return
-        self.offset += len(data) - len(self.partial)
-        *lines, self.partial = data.split(b"\n")
-        for line in lines:
+    def update(self, status: JobStatus | None = None) -> None:
+        """Take the job's status (read now unless given) and the metrics added since."""
+        self.status = self.job.status() if status is None else status
+        for line in self.metrics.read():
             try:
                 record = json.loads(line)
             except ValueError:
                 continue
-            if "step" not in record:
-                continue
-            label = f"{record.get('role', 'worker')}-{record.get('rank', 0)}"
-            if self.first_step_time is None:
-                self.first_step_time = record.get("time")
-            if record.get("total_steps"):
-                self.total_steps = record["total_steps"]
-            ips = record.get("images_per_sec")
-            if ips is not None:
-                self.series[label].append((record["step"], ips))
-                self.recent[label].append(ips)
+            if isinstance(record, dict):
+                self._add(record)
+
+    def _add(self, record: dict[str, Any]) -> None:
+        process = ProcessId.of(record)
+        if "step" not in record or process is None:
+            return
+        if self.first_step_time is None:
+            self.first_step_time = record.get("time")
+        if record.get("total_steps"):
+            self.total_steps = record["total_steps"]
+        ips = record.get("images_per_sec")
+        if ips is not None:
+            self.series[str(process)].append((record["step"], ips))
+            self.recent[str(process)].append(ips)
 
     # --- derived facts -------------------------------------------------------
-    def processes(self) -> list[dict[str, Any]]:
-        return [p for p in self.status.get("processes", []) if not p.get("hosts_ranks")]
+    def processes(self) -> list[ProcessRecord]:
+        return self.status.processes
 
     def launch_progress(self) -> str:
-        procs = self.processes()
-        up = sum(p["state"] == "running" for p in procs)
-        return f"{up}/{len(procs)} processes up"
+        return launch_progress(self.processes())
 
     def time_to_first_step(self) -> float | None:
-        created = self.status.get("created")
-        if self.first_step_time is None or created is None:
-            return None
-        return self.first_step_time - created
+        return time_to_first_step(self.first_step_time, self.status.created)
 
     def aggregate_images_per_sec(self) -> float:
-        return sum(
-            p["images_per_sec"] or 0.0
-            for p in self.processes()
-            if p["state"] in LIVE_PROCESS_STATES and p.get("images_per_sec")
-        )
+        return aggregate_images_per_sec(self.processes())
 
     def stragglers(self) -> list[str]:
         """Workers more than 20% below the median images/sec over the last 20 steps."""
-        medians = {label: statistics.median(v) for label, v in self.recent.items() if v}
-        live = {f"{p['role']}-{p['index']}" for p in self.processes() if p["state"] == "running"}
-        medians = {k: v for k, v in medians.items() if k in live}
-        if len(medians) < 2:
-            return []
-        overall = statistics.median(medians.values())
-        return sorted(k for k, v in medians.items() if v < (1 - STRAGGLER_GAP) * overall)
+        running = {str(p.id) for p in self.processes() if p.state == "running"}
+        return stragglers(self.recent, running)
 
     def progress(self) -> tuple[float, float | None]:
         """Fraction done and seconds left, when the number of steps is known."""
-        steps = [p["step"] for p in self.processes() if p.get("step")]
-        if not self.total_steps or not steps:
-            return 0.0, None
-        done = min(max(steps) / self.total_steps, 1.0)
-        elapsed = time.time() - (self.first_step_time or time.time())
-        eta = elapsed * (1 - done) / done if done > 0 else None
-        return done, eta
+        steps = (p.step for p in self.processes())
+        return progress(steps, self.total_steps, self.first_step_time, time.time())
+
+
+def _process_of(row: dict[str, Any]) -> ProcessId:
+    """A row's process (the row's ``rank`` column shows the process's index)."""
+    return ProcessId(row["role"], row["rank"])
 
 
 def _fmt(value: Any, spec: str = "") -> str:
@@ -195,7 +227,7 @@ class JobWidget(widgets.VBox):
             self.message.value = f"{type(exc).__name__}: {exc}"
 
     def _scale(self, delta: int) -> None:
-        workers = int(self.model.status.get("workers") or 1) + delta
+        workers = (self.model.status.workers or 1) + delta
         if workers < 1:
             self.message.value = "a job needs at least one worker"
             return
@@ -203,15 +235,16 @@ class JobWidget(widgets.VBox):
         self._act(self.job.scale, workers=workers)
 
     # --- drawing -------------------------------------------------------------------
-    def refresh(self, force: bool = False) -> None:
+    def refresh(self, force: bool = False, status: JobStatus | None = None) -> None:
+        """Redraw from the store (``status`` when given, else read now), at most
+        ``MAX_REDRAWS_PER_SECOND`` times a second unless ``force``."""
         now = time.monotonic()
         if not force and now - self._last_draw < 1 / MAX_REDRAWS_PER_SECOND:
             return
         self._last_draw = now
-        self.model.update()
+        self.model.update(status)
         m = self.model
-        status = m.status
-        self.job_state = status.get("state", "pending")
+        self.job_state = m.status.state
         self.rows = [self._row(p) for p in m.processes()]
         self.aggregate_images_per_sec = m.aggregate_images_per_sec()
         self.stragglers = m.stragglers()
@@ -220,17 +253,18 @@ class JobWidget(widgets.VBox):
         self._draw()
         self.redraws += 1
 
-    def _row(self, p: dict[str, Any]) -> dict[str, Any]:
-        heartbeat = p.get("heartbeat")
+    @staticmethod
+    def _row(p: ProcessRecord) -> dict[str, Any]:
+        heartbeat = p.heartbeat
         return {
-            "role": p["role"],
-            "rank": p["index"],
-            "host": p.get("host"),
-            "pid": p.get("pid"),
-            "state": p["state"],
-            "step": p.get("step"),
-            "images_per_sec": p.get("images_per_sec"),
-            "loss": p.get("loss"),
+            "role": p.role,
+            "rank": p.index,
+            "host": p.host,
+            "pid": p.pid,
+            "state": p.state,
+            "step": p.step,
+            "images_per_sec": p.images_per_sec,
+            "loss": p.loss,
             "since_heartbeat": None if heartbeat is None else max(0.0, time.time() - heartbeat),
         }
 
@@ -250,7 +284,7 @@ class JobWidget(widgets.VBox):
             parts.append(
                 "<span style='color:#a00'>straggling: " + ", ".join(self.stragglers) + "</span>"
             )
-        error = self.model.status.get("error")
+        error = self.model.status.error
         if error:
             parts.append(f"<span style='color:#a00'>{html.escape(error)}</span>")
         self.header.value = " &middot; ".join(parts)
@@ -262,7 +296,7 @@ class JobWidget(widgets.VBox):
         finished = state in FINAL_STATES
         for button in (self.stop_button, self.minus_button, self.plus_button):
             button.disabled = finished
-        labels = [f"{r['role']}-{r['rank']}" for r in self.rows]
+        labels = [str(_process_of(r)) for r in self.rows]
         if list(self.rank_picker.options) != labels:
             self.rank_picker.options = labels
         self.log_view.layout.display = "block" if self.logs_button.value else "none"
@@ -275,8 +309,7 @@ class JobWidget(widgets.VBox):
         out += [f"<th style='padding:0 8px;text-align:left'>{h}</th>" for h in head]
         out.append("</tr>")
         for r in self.rows:
-            label = f"{r['role']}-{r['rank']}"
-            style = "background:#fdd" if label in self.stragglers else ""
+            style = "background:#fdd" if str(_process_of(r)) in self.stragglers else ""
             colour = STATE_COLOURS.get(r["state"], "#000")
             cells = [
                 r["role"],
@@ -331,13 +364,7 @@ class JobWidget(widgets.VBox):
         )
 
     def _log_tail(self, label: str, lines: int = 40) -> str:
-        role, _, index = label.rpartition("-")
-        path = self.job.dir.log_file(role, int(index))
-        try:
-            text = path.read_text(errors="replace")
-        except FileNotFoundError:
-            text = ""
-        tail = "\n".join(text.splitlines()[-lines:])
+        tail = last_lines(self.job.dir.log_file(ProcessId.parse(label)), lines)
         return f"<pre style='max-height:20em;overflow:auto'>{html.escape(tail)}</pre>"
 
 
@@ -351,19 +378,20 @@ class TextSummary:
         self._last = 0.0
         self._printed_final = False
 
-    def refresh(self, force: bool = False) -> None:
+    def refresh(self, force: bool = False, status: JobStatus | None = None) -> None:
+        """Print a line if ``every`` seconds have passed (or ``force``); the final one once."""
         now = time.monotonic()
         if not force and now - self._last < self.every:
             return
         self._last = now
-        self.model.update()
-        state = self.model.status.get("state")
+        self.model.update(status)
+        state = self.model.status.state
         if state in FINAL_STATES:
             if self._printed_final:
                 return
             self._printed_final = True
         done, eta = self.model.progress()
-        steps = [p.get("step") or 0 for p in self.model.processes()]
+        steps = [p.step or 0 for p in self.model.processes()]
         print(
             f"[{self.model.job.id}] {state}: {self.model.launch_progress()}, "
             f"step {max(steps, default=0)}"
@@ -389,35 +417,13 @@ def make_view(job: Job) -> JobWidget | TextSummary:
     return widget
 
 
-def wait_with_view(job: Job, view: JobWidget | TextSummary, **wait: Any) -> str:
-    """Wait for the job (blocking), refreshing the view."""
-    try:
-        return job.wait(on_tick=view.refresh, **wait)
-    finally:
-        view.refresh(force=True)
-
-
-async def wait_with_view_async(job: Job, view: JobWidget | TextSummary, **wait: Any) -> str:
-    """Wait for the job on the kernel's event loop, refreshing the view.
-
-    The cell stays running (so "Run All" waits for training to end) while the
-    kernel, free between polls, handles the widget's buttons.
-    """
-    try:
-        return await job.wait_async(on_tick=view.refresh, **wait)
-    finally:
-        view.refresh(force=True)
-
-
 def follow_in_background(job: Job, view: JobWidget | TextSummary) -> None:
     """Keep a --background job's widget live until the job ends."""
     if isinstance(view, TextSummary):
         return
 
-    def follow() -> None:
-        while not job.done:
-            view.refresh()
-            time.sleep(1 / MAX_REDRAWS_PER_SECOND)
-        view.refresh(force=True)
+    def watch() -> None:
+        with contextlib.suppress(JobFailed):  # the widget shows the failure
+            follow(job, view, stream=False, stop_on_interrupt=False)
 
-    threading.Thread(target=follow, name=f"view-{job.id}", daemon=True).start()
+    threading.Thread(target=watch, name=f"view-{job.id}", daemon=True).start()

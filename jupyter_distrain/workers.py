@@ -8,18 +8,21 @@ directory, logs, ``%distributed status`` and stop work as for any other job.
 
 from __future__ import annotations
 
-import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from .api import submit
 from .cellcheck import defines_seed_run
+from .contract import ProcessId
 from .job import Job
 from .spec import JobSpec, SpecError
-from .store import FINAL_STATES
+from .store import ProcessRecord
+from .timing import poll_until
 
 POLL_SECONDS = 0.1
+T = TypeVar("T")
+WORKER_FIELDS = ("ip_address", "host", "pid", "state", "exit_code")
 
 
 def _split(worker_id: str) -> tuple[str, int]:
@@ -60,15 +63,46 @@ def launch_workers(
     return [{"id": f"{job.id}/{i}", "job": job.id, "index": i} for i in range(n)]
 
 
-def _worker_view(worker_id: str, process: Mapping[str, Any]) -> dict[str, Any]:
+def _worker_view(worker_id: str, process: ProcessRecord | None) -> dict[str, Any]:
+    """What the seed API says about one worker (every field None when it has no row)."""
+    if process is None:
+        return {"id": worker_id, **dict.fromkeys(WORKER_FIELDS)}
     return {
         "id": worker_id,
-        "ip_address": process.get("address") or None,
-        "host": process.get("host"),
-        "pid": process.get("pid"),
-        "state": process.get("state"),
-        "exit_code": process.get("exit_code"),
+        "ip_address": process.address or None,
+        "host": process.host,
+        "pid": process.pid,
+        "state": process.state,
+        "exit_code": process.exit_code,
     }
+
+
+def _poll(read: Callable[[], T], settled: Callable[[T], bool], seconds: float) -> T:
+    """Read every ``POLL_SECONDS`` until ``settled(value)`` or ``seconds`` have passed;
+    the last value read."""
+    last: list[T] = []
+
+    def check() -> bool:
+        last[:] = [read()]
+        return settled(last[0])
+
+    poll_until(check, seconds, POLL_SECONDS)
+    return last[0]
+
+
+def _classify(process: ProcessRecord | None, job_ended: bool, completion: bool) -> str:
+    """``"ok"``, ``"failed"`` or ``"pending"``: whether a worker is up (or, waiting for
+    ``completion``, has exited 0), will never be, or may still be."""
+    if process is None:
+        return "pending"
+    ended = process.state in ("exited", "killed")
+    if completion:
+        if not ended:
+            return "pending"
+        return "ok" if process.exit_code == 0 else "failed"
+    if process.state == "running" or (ended and process.exit_code == 0):
+        return "ok"
+    return "failed" if ended or job_ended else "pending"
 
 
 def await_workers(
@@ -82,35 +116,19 @@ def await_workers(
     """
     wanted = [(worker_id, *_split(worker_id)) for worker_id in ids]
     jobs = {job_id: Job.attach(job_id) for _, job_id, _ in wanted}
-    deadline = time.monotonic() + timeout_seconds
-    while True:
-        states = {job_id: job.status() for job_id, job in jobs.items()}
-        workers, failures, pending = [], [], []
+
+    def roll_call() -> dict[str, list[Any]]:
+        statuses = {job_id: job.status() for job_id, job in jobs.items()}
+        found: dict[str, list[Any]] = {"ok": [], "failed": [], "pending": []}
         for worker_id, job_id, index in wanted:
-            procs = {
-                p["index"]: p for p in states[job_id].get("processes", []) if p["role"] == "worker"
-            }
-            proc = procs.get(index)
-            if proc is None:
-                pending.append(worker_id)
-                continue
-            ended = proc["state"] in ("exited", "killed")
-            if wait_for_completion:
-                if not ended:
-                    pending.append(worker_id)
-                elif proc["exit_code"] == 0:
-                    workers.append(_worker_view(worker_id, proc))
-                else:
-                    failures.append(worker_id)
-            elif proc["state"] == "running" or (ended and proc["exit_code"] == 0):
-                workers.append(_worker_view(worker_id, proc))
-            elif ended or states[job_id]["state"] in FINAL_STATES:
-                failures.append(worker_id)
-            else:
-                pending.append(worker_id)
-        if not pending or time.monotonic() > deadline:
-            return {"workers": workers, "failures": failures + pending}
-        time.sleep(POLL_SECONDS)
+            process = statuses[job_id].process(ProcessId("worker", index))
+            verdict = _classify(process, statuses[job_id].done, wait_for_completion)
+            view = _worker_view(worker_id, process) if verdict == "ok" else worker_id
+            found[verdict].append(view)
+        return found
+
+    found = _poll(roll_call, lambda f: not f["pending"], timeout_seconds)
+    return {"workers": found["ok"], "failures": found["failed"] + found["pending"]}
 
 
 def stop_workers(*ids: str | Iterable[str]) -> list[dict[str, Any]]:
@@ -126,9 +144,10 @@ def stop_workers(*ids: str | Iterable[str]) -> list[dict[str, Any]]:
     stopped = []
     for job_id, indexes in by_job.items():
         job = Job.attach(job_id)
-        job.stop_processes([f"worker-{i}" for i in indexes])
-        procs = {p["index"]: p for p in job.status()["processes"] if p["role"] == "worker"}
-        stopped += [_worker_view(f"{job_id}/{i}", procs.get(i, {})) for i in indexes]
+        processes = [ProcessId("worker", i) for i in indexes]
+        job.stop_processes(processes)
+        status = job.status()
+        stopped += [_worker_view(f"{job_id}/{p.index}", status.process(p)) for p in processes]
     return stopped
 
 
@@ -169,18 +188,9 @@ def run_cluster(
         timeout=timeout_seconds,
     )
     job = submit(spec)
-    deadline = time.monotonic() + timeout_seconds
-    while True:
-        status = job.status()
-        if status["state"] == "running" or (
-            status["state"] in FINAL_STATES and "cluster" in status
-        ):
-            break
-        if status["state"] in FINAL_STATES or time.monotonic() > deadline:
-            job.stop()
-            raise RuntimeError(
-                f"cluster job {job.id} did not come up: {status.get('error') or status['state']}"
-            )
-        time.sleep(POLL_SECONDS)
-    cluster = status["cluster"]
+    status = _poll(job.status, lambda s: s.state == "running" or s.done, timeout_seconds)
+    if status.state != "running" and not (status.done and "cluster" in status.backend_info):
+        job.stop()
+        raise RuntimeError(f"cluster job {job.id} did not come up: {status.error or status.state}")
+    cluster = status.backend_info["cluster"]
     return cluster, f"grpc://{cluster['worker'][0]}"

@@ -14,6 +14,7 @@ import time
 import pytest
 from conftest import job_pids, only_job, running, wait_for
 
+from jupyter_distrain.contract import ProcessId
 from jupyter_distrain.store import list_job_dirs
 
 
@@ -72,7 +73,7 @@ def test_failing_worker_fails_the_job_names_the_rank_and_stops_the_others(kernel
     assert elapsed < 20  # rank 0 would have slept 120 s
     job = only_job(jobs_root)
     state = job.read_state()
-    assert state["state"] == "failed"
+    assert state.state == "failed"
     failed_at = next(
         e["time"]
         for e in job.read_events()
@@ -95,7 +96,7 @@ def test_interrupt_stops_every_process_within_grace(kernel, jobs_root):
     )
     msg_id = kernel.submit(cell)
     job = wait_for(lambda: list_job_dirs(jobs_root), 30, what="the job")[0]
-    logs = [job.log_file("worker", i) for i in range(2)]
+    logs = [job.log_file(ProcessId("worker", i)) for i in range(2)]
     wait_for(
         lambda: all(p.exists() and "child" in p.read_text() for p in logs), 30, what="children"
     )
@@ -109,7 +110,7 @@ def test_interrupt_stops_every_process_within_grace(kernel, jobs_root):
     assert out.error is not None and out.error["ename"] in ("KeyboardInterrupt", "JobInterrupted")
     wait_for(lambda: not any(running(p) for p in pids), grace + 2, what="every process gone")
     assert time.monotonic() - interrupted < grace + 2
-    assert job.read_state()["state"] == "stopped"
+    assert job.read_state().state == "stopped"
     assert f"Job {job.id} stopped." in out.stdout
 
 
@@ -118,16 +119,16 @@ def test_job_outlives_a_killed_kernel_and_attach_sees_it_succeed(kernel, new_ker
         "%%distributed --workers 2 --name survivor\nimport time\ntime.sleep(4)\nprint('done')\n"
     )
     job = wait_for(lambda: list_job_dirs(jobs_root), 30, what="the job")[0]
-    wait_for(lambda: job.read_state()["state"] == "running", 30, what="running")
+    wait_for(lambda: job.read_state().state == "running", 30, what="running")
     kernel_pid = kernel.pid
     os.kill(kernel_pid, signal.SIGKILL)  # as the OOM killer would
     wait_for(lambda: not running(kernel_pid), 10, what="kernel gone")
-    assert job.read_state()["state"] == "running"
+    assert job.read_state().state == "running"
     fresh = new_kernel()
     out = fresh.execute(f"job = %distributed attach {job.id}\nprint(job.state)")
     assert out.error is None, out.error_text
     assert out.stdout.strip().splitlines()[-1] == "succeeded"
-    assert "[0] done" in out.stdout or "done" in job.log_file("worker", 0).read_text()
+    assert "[0] done" in out.stdout or "done" in job.log_file(ProcessId("worker", 0)).read_text()
 
 
 def test_line_commands_list_status_logs_stop(kernel, jobs_root):
@@ -138,8 +139,8 @@ def test_line_commands_list_status_logs_stop(kernel, jobs_root):
     )
     assert out.error is None, out.error_text
     job = only_job(jobs_root)
-    wait_for(lambda: job.read_state()["state"] == "running", 30, what="running")
-    wait_for(lambda: "hello" in job.log_file("worker", 1).read_text(), 30, what="output")
+    wait_for(lambda: job.read_state().state == "running", 30, what="running")
+    wait_for(lambda: "hello" in job.log_file(ProcessId("worker", 1)).read_text(), 30, what="output")
     out = kernel.execute("%distributed list")
     assert job.id in out.stdout and "running" in out.stdout
     out = kernel.execute(f"%distributed status {job.id}")
@@ -191,4 +192,4 @@ def test_job_directory_layout_is_private(kernel, jobs_root):
     assert json.loads(job.spec_file.read_text())["workers"] == 1
     kinds = [e["event"] for e in job.read_events()]
     assert kinds[0] == "state" and "launch" in kinds and "exit" in kinds
-    assert job.read_state()["state"] == "succeeded"
+    assert job.read_state().state == "succeeded"

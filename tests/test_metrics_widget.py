@@ -12,7 +12,10 @@ import zmq
 from conftest import only_job, wait_for
 
 from jupyter_distrain import JobSpec, submit
+from jupyter_distrain.contract import ProcessId
+from jupyter_distrain.follow import follow
 from jupyter_distrain.metrics import Collector, signature
+from jupyter_distrain.store import JobStatus
 from jupyter_distrain.widget import JobModel, JobWidget, TextSummary
 
 KERAS_FIT = """\
@@ -50,9 +53,9 @@ def test_collector_stores_signed_batches_and_counts_forgeries(tmp_path):
     ctx = zmq.Context()
     push = ctx.socket(zmq.PUSH)
     push.connect(collector.address)
-    good = b'{"role":"worker","rank":0,"step":1}\n{"role":"worker","rank":0,"step":2}\n'
+    good = b'{"role":"worker","index":0,"step":1}\n{"role":"worker","index":0,"step":2}\n'
     push.send_multipart([good, signature(b"job-secret", good)])
-    forged = b'{"role":"worker","rank":0,"step":99}\n'
+    forged = b'{"role":"worker","index":0,"step":99}\n'
     push.send_multipart([forged, signature(b"another-secret", forged)])
     push.send_multipart([forged])  # unsigned
     push.send_multipart([forged, b"0" * 64])
@@ -62,7 +65,7 @@ def test_collector_stores_signed_batches_and_counts_forgeries(tmp_path):
     ctx.term()
     stored = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in stored] == [1, 2]
-    assert seen == [{"role": "worker", "rank": 0, "step": 2}]
+    assert seen == [{"role": "worker", "index": 0, "step": 2}]
 
 
 def test_a_keras_job_drives_the_widget(jobs_root):
@@ -70,13 +73,16 @@ def test_a_keras_job_drives_the_widget(jobs_root):
     widget = JobWidget(job)
     seen_running = []
 
-    def watch() -> None:
-        widget.refresh()
-        if widget.job_state == "running" and any(r["step"] for r in widget.rows):
-            seen_running.append([dict(r) for r in widget.rows])
+    class Watch:
+        """The widget as follow() ticks it, keeping what it showed while the job ran."""
+
+        def refresh(self, force: bool = False, status: JobStatus | None = None) -> None:
+            widget.refresh(force=force, status=status)
+            if widget.job_state == "running" and any(r["step"] for r in widget.rows):
+                seen_running.append([dict(r) for r in widget.rows])
 
     started = time.monotonic()
-    assert job.wait(stream=False, on_tick=watch) == "succeeded"
+    assert follow(job, Watch(), stream=False) == "succeeded"
     elapsed = time.monotonic() - started
     widget.refresh(force=True)
     assert seen_running, "the widget never showed a running job with steps"
@@ -94,12 +100,12 @@ def test_a_keras_job_drives_the_widget(jobs_root):
     assert widget.redraws <= elapsed * 4 + 3  # at most 4 redraws a second
     assert "images/sec per step" in widget.chart.value and "polyline" in widget.chart.value
     state = job.status()
-    assert state["metrics_rejected"] == 0 and state["metrics_records"] >= 456
+    assert state.metrics_rejected == 0 and state.metrics_records >= 456
 
 
 def test_attach_after_the_end_replays_every_stored_step(jobs_root):
     job = submit(JobSpec(code="EPOCHS, EPOCH_PAUSE = 2, 0\n" + KERAS_FIT, workers=2))
-    job.wait(stream=False)
+    job.wait()
     records = [json.loads(line) for line in job.dir.metrics_file.read_text().splitlines()]
     steps = [r for r in records if "step" in r]
     assert len(steps) == 2 * 114
@@ -122,9 +128,9 @@ def test_custom_loop_reports_through_the_api(jobs_root):
         "jupyter_distrain.report(step=51, images=8, loss=0.01, accuracy=0.9)\n"
     )
     job = submit(JobSpec(code=code, workers=2, backend="plain"))
-    assert job.wait(stream=False) == "succeeded"
+    assert job.wait() == "succeeded"
     records = [json.loads(line) for line in job.dir.metrics_file.read_text().splitlines()]
-    rank0 = [r for r in records if r.get("rank") == 0 and "step" in r]
+    rank0 = [r for r in records if ProcessId.of(r) == ProcessId("worker", 0) and "step" in r]
     assert [r["step"] for r in rank0] == list(range(1, 52))
     assert rank0[-1]["accuracy"] == 0.9 and rank0[0]["loss"] == 1.0
     assert all(0 < r["images_per_sec"] < 8 / 0.002 for r in rank0[:50])
@@ -152,7 +158,7 @@ def test_stop_button_works_while_the_cell_runs_and_run_all_waits(kernel, jobs_ro
     job = wait_for(
         lambda: only_job(jobs_root) if list(jobs_root.iterdir()) else None, 30, what="the job"
     )
-    wait_for(lambda: job.read_state()["state"] == "running", 30, what="running")
+    wait_for(lambda: job.read_state().state == "running", 30, what="running")
     # the widget's Stop button: find its comm and click it, as the browser would
     out_so_far = []
 
@@ -168,7 +174,7 @@ def test_stop_button_works_while_the_cell_runs_and_run_all_waits(kernel, jobs_ro
 
     ids = wait_for(lambda: buttons().get("Stop") and buttons(), 30, what="the Stop button")
     time.sleep(1.0)
-    assert job.read_state()["state"] == "running"
+    assert job.read_state().state == "running"
     kernel.kc.session.send(
         kernel.kc.shell_channel.socket,
         kernel.kc.session.msg(
@@ -176,7 +182,7 @@ def test_stop_button_works_while_the_cell_runs_and_run_all_waits(kernel, jobs_ro
             {"comm_id": ids["Stop"], "data": {"method": "custom", "content": {"event": "click"}}},
         ),
     )
-    wait_for(lambda: job.read_state()["state"] == "stopped", 15, what="the click to stop the job")
+    wait_for(lambda: job.read_state().state == "stopped", 15, what="the click to stop the job")
     kernel.collect(running_cell, timeout=60)
     nxt = kernel.collect(queued_cell, timeout=60)
     assert "next cell ran" in nxt.stdout
@@ -184,20 +190,20 @@ def test_stop_button_works_while_the_cell_runs_and_run_all_waits(kernel, jobs_ro
 
 def test_scaling_a_keras_job_restarts_it_from_its_checkpoint(jobs_root):
     job = submit(JobSpec(code="EPOCHS, EPOCH_PAUSE = 8, 1.0\n" + KERAS_FIT, workers=2, grace=3))
-    log0 = job.dir.log_file("worker", 0)
+    log0 = job.dir.log_file(ProcessId("worker", 0))
     wait_for(lambda: log0.exists() and "epoch 1 size 2" in log0.read_text(), 120, what="epoch 1")
     job.scale(3)
-    assert job.wait(stream=False, timeout=300) == "succeeded"
+    assert job.wait(timeout=300) == "succeeded"
     text = log0.read_text()
     before = [int(e) for e in re.findall(r"^epoch (\d+) size 2$", text, re.M)]
     after = [int(e) for e in re.findall(r"^epoch (\d+) size 3$", text, re.M)]
     assert after, text[-2000:]
     assert after[0] == before[-1] + 1  # resumed after the last epoch checkpointed
     assert after[-1] == 7
-    assert "epoch" in job.dir.log_file("worker", 2).read_text()
+    assert "epoch" in job.dir.log_file(ProcessId("worker", 2)).read_text()
     status = job.status()
-    assert status["generation"] == 1 and status["workers"] == 3
-    assert [p["state"] for p in status["processes"]] == ["exited"] * 3
+    assert status.generation == 1 and status.workers == 3
+    assert [p.state for p in status.processes] == ["exited"] * 3
     kinds = [e["event"] for e in job.dir.read_events()]
     assert "scale_requested" in kinds and "restart" in kinds
 
@@ -236,22 +242,21 @@ print(f"done rank {hvd.rank()} size {hvd.size()} pid {os.getpid()}", flush=True)
 def test_elastic_horovod_scales_without_restarting_running_ranks(jobs_root):
     job = submit(JobSpec(code="STEPS = 400\n" + ELASTIC, workers=2, grace=3))
     wait_for(lambda: job.state == "running", 60, what="running")
-    logs = [job.dir.log_file("worker", i) for i in range(2)]
+    logs = [job.dir.log_file(ProcessId("worker", i)) for i in range(2)]
     wait_for(
         lambda: all(p.exists() and "size 2" in p.read_text() for p in logs),
         120,
         what="training at size 2",
     )
-    pids_before = {p["index"]: p["pid"] for p in job.status()["processes"]}
+    pids_before = {p.index: p.pid for p in job.status().processes}
     job.scale(3)
-    assert job.wait(stream=False, timeout=300) == "succeeded", job.logs()[-3000:]
-    procs = {p["index"]: p for p in job.status()["processes"]}
-    assert procs[0]["pid"] == pids_before[0] and procs[1]["pid"] == pids_before[1]
-    assert len(procs) == 3 and procs[2]["pid"] not in pids_before.values()
+    assert job.wait(timeout=300) == "succeeded", job.logs()[-3000:]
+    procs = {p.index: p for p in job.status().processes}
+    assert procs[0].pid == pids_before[0] and procs[1].pid == pids_before[1]
+    assert len(procs) == 3 and procs[2].pid not in pids_before.values()
     for i in range(3):
-        assert re.search(
-            r"^done rank \d size 3 pid \d+$", job.dir.log_file("worker", i).read_text(), re.M
-        ), job.dir.log_file("worker", i).read_text()[-2000:]
+        log = job.dir.log_file(ProcessId("worker", i)).read_text()
+        assert re.search(r"^done rank \d size 3 pid \d+$", log, re.M), log[-2000:]
     text0 = logs[0].read_text()
     assert f"pid {pids_before[0]}" in text0 and "size 3" in text0
     assert any(e["event"] == "scaled_in_place" for e in job.dir.read_events())

@@ -10,6 +10,7 @@ import time
 
 from conftest import job_pids, only_job, running, wait_for
 
+from jupyter_distrain.contract import ProcessId
 from jupyter_distrain.store import list_job_dirs
 
 DIGITS = """\
@@ -74,8 +75,8 @@ def test_parameter_server_strategy_places_variables_on_ps_and_learns(kernel, job
     assert devices and all(d.startswith("/job:ps/") for d in devices), devices
     assert float(out.stdout.split()[1]) >= 0.85
     state = only_job(jobs_root).read_state()
-    assert sorted(p["role"] for p in state["processes"]) == ["chief", "ps", "worker", "worker"]
-    assert set(state["cluster"]) == {"chief", "worker", "ps"}
+    assert sorted(p.role for p in state.processes) == ["chief", "ps", "worker", "worker"]
+    assert set(state.backend_info["cluster"]) == {"chief", "worker", "ps"}
 
 
 SEED_PROGRAM = (
@@ -137,8 +138,8 @@ def test_seed_program_trains_with_sync_replicas(kernel, jobs_root):
     assert step == 40
     assert accuracy >= 0.8
     state = only_job(jobs_root).read_state()
-    assert state["state"] == "succeeded" and state["seed_mode"] is True
-    assert sorted(p["role"] for p in state["processes"]) == ["ps", "worker", "worker"]
+    assert state.state == "succeeded" and state.backend_info["seed_mode"] is True
+    assert sorted(p.role for p in state.processes) == ["ps", "worker", "worker"]
 
 
 def test_seed_program_trains_asynchronously(kernel):
@@ -184,8 +185,8 @@ def _start_long_ps_job(kernel, jobs_root):
     job = wait_for(lambda: list_job_dirs(jobs_root), 30, what="the job")[0]
     wait_for(
         lambda: (
-            "epoch 1 done" in job.log_file("chief", 0).read_text()
-            if job.log_file("chief", 0).exists()
+            "epoch 1 done" in job.log_file(ProcessId("chief", 0)).read_text()
+            if job.log_file(ProcessId("chief", 0)).exists()
             else False
         ),
         120,
@@ -196,11 +197,11 @@ def _start_long_ps_job(kernel, jobs_root):
 
 def test_killing_the_ps_fails_the_job_within_5_s_naming_it(kernel, jobs_root):
     msg_id, job = _start_long_ps_job(kernel, jobs_root)
-    ps = next(p for p in job.read_state()["processes"] if p["role"] == "ps")
+    ps = next(p for p in job.read_state().processes if p.role == "ps")
     pids = job_pids(job)
     killed_at = time.monotonic()
-    os.kill(ps["pid"], signal.SIGKILL)
-    wait_for(lambda: job.read_state()["state"] == "failed", 5, what="the job to fail")
+    os.kill(ps.pid, signal.SIGKILL)
+    wait_for(lambda: job.read_state().state == "failed", 5, what="the job to fail")
     assert time.monotonic() - killed_at < 5
     out = kernel.collect(msg_id, timeout=60)
     assert out.error is not None and "ps 0 died" in out.error["evalue"]
@@ -213,19 +214,17 @@ def test_losing_a_worker_under_parameter_server_strategy_is_survived(kernel, job
     )
     msg_id = kernel.submit(cell)
     job = wait_for(lambda: list_job_dirs(jobs_root), 30, what="the job")[0]
-    chief_log = job.log_file("chief", 0)
+    chief_log = job.log_file(ProcessId("chief", 0))
     wait_for(
         lambda: chief_log.exists() and "epoch 1 done" in chief_log.read_text(), 120, what="training"
     )
-    worker = next(
-        p for p in job.read_state()["processes"] if p["role"] == "worker" and p["index"] == 1
-    )
-    os.kill(worker["pid"], signal.SIGKILL)
+    worker = job.read_state().process(ProcessId("worker", 1))
+    os.kill(worker.pid, signal.SIGKILL)
     assert "epoch 19 done" not in chief_log.read_text()  # killed mid-training
     out = kernel.collect(msg_id, timeout=240)
     assert out.error is None, out.error_text + chief_log.read_text()[-3000:]
     assert "epoch 19 done" in chief_log.read_text()
-    assert job.read_state()["state"] == "succeeded"
+    assert job.read_state().state == "succeeded"
     assert any(
         e["event"] == "process_lost" and e["process"] == "worker-1" for e in job.read_events()
     )

@@ -112,7 +112,7 @@ def test_job_directory_is_created_private(jobs_root):
     assert job.path.parent == jobs_root and job.id.startswith("unit-")
     assert job.path.stat().st_mode & 0o777 == 0o700
     assert job.train_file.read_text() == "x = 1\n"
-    assert job.read_state()["state"] == "pending"
+    assert job.read_state().state == "pending"
     assert {p.name for p in job.path.iterdir()} >= {
         "spec.json",
         "train.py",

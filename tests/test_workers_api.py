@@ -16,6 +16,7 @@ from jupyter_distrain import (
     stop_workers,
     submit,
 )
+from jupyter_distrain.contract import ProcessId
 from jupyter_distrain.job import Job, JobFailed
 from jupyter_distrain.spec import SpecError
 from jupyter_distrain.store import list_job_dirs
@@ -36,7 +37,7 @@ def test_await_workers_reports_running_workers_and_failures(jobs_root, tmp_path)
     assert [w["state"] for w in stopped] == ["killed", "killed"]
     assert job.state == "stopped"
     wait_for(lambda: not any(running(p) for p in pids), 5, what="workers gone")
-    assert "No such file" in Job.attach(bad[0]["job"]).logs(rank=0)
+    assert "No such file" in Job.attach(bad[0]["job"]).logs(ProcessId("worker", 0))
 
 
 def test_await_workers_for_completion(jobs_root, tmp_path):
@@ -54,8 +55,8 @@ def test_stopping_one_worker_leaves_the_others_running(jobs_root):
     assert not await_workers(ids, timeout_seconds=20)["failures"]
     stop_workers(ids[1])
     job = Job.attach(workers[0]["job"])
-    procs = {p["index"]: p for p in job.status()["processes"]}
-    assert procs[1]["state"] == "killed" and procs[0]["state"] == "running"
+    procs = {p.index: p for p in job.status().processes}
+    assert procs[1].state == "killed" and procs[0].state == "running"
     assert job.state == "running"
     stop_workers(ids[0])
     wait_for(lambda: job.state == "stopped", 10, what="stopped")
@@ -75,8 +76,8 @@ def test_run_cluster_starts_the_seed_program_and_returns_its_addresses(jobs_root
     assert len(cluster["worker"]) == 2 and len(cluster["ps"]) == 1
     assert session_addr == f"grpc://{cluster['worker'][0]}"
     job = Job.attach(list_job_dirs(jobs_root)[0].id)
-    assert job.wait(stream=False, timeout=120) == "succeeded"
-    assert "task 0 sees 42" in job.logs(rank=0)
+    assert job.wait(timeout=120) == "succeeded"
+    assert "task 0 sees 42" in job.logs(ProcessId("worker", 0))
 
 
 def test_run_cluster_rejects_a_script_without_run(tmp_path):
@@ -140,7 +141,7 @@ def test_startup_timeout_names_the_processes_that_did_not_come_up(jobs_root, tmp
         )
     )
     with pytest.raises(JobFailed) as failure:
-        job.wait(stream=False, timeout=60)
+        job.wait(timeout=60)
     message = str(failure.value)
     assert "startup timeout" in message
     assert "chief-0" in message and "worker-0" in message and "ps-0" in message

@@ -27,8 +27,7 @@ from .generation import Generation
 from .outcomes import ProcessEvents
 from .periodic import MemoryWatch, OrphanReaper, Saver, ScaleTimeout, StartupDeadline
 from .scaling import Scaling
-from .table import ProcessTable, record_exit
-from .termination import terminate
+from .table import ProcessTable
 
 log = logging.getLogger("jupyter_distrain.supervisor")
 
@@ -180,7 +179,7 @@ class Supervisor:
         """Stop the current generation and launch the next one with ``workers`` workers."""
         assert self.gen is not None
         log.info("restarting with %d workers", workers)
-        self.end_generation(self.spec.grace)
+        self.gen.stop(self.spec.grace)
         self.job.append_event(
             "restart",
             generation=self.gen.number + 1,
@@ -196,17 +195,10 @@ class Supervisor:
         self.job.write_spec(self.spec)
         self.save()
 
-    def end_generation(self, grace: float) -> None:
-        """Stop every process of the current generation and record how each ended."""
-        assert self.gen is not None
-        self.gen.stop(grace)
-        self.gen.close()
-        self.drain_exits()
-
     def shutdown(self) -> None:
+        self.stopping = True
         if self.gen is not None:
-            self.stopping = True
-            self.end_generation(0)
+            self.gen.stop(0)
         if not self.status.done:
             self.set_state("failed", error=self.status.error or "supervisor ended unexpectedly")
         self.drain_inbox()
@@ -249,7 +241,7 @@ class Supervisor:
         """Stop every process (SIGTERM, ``--grace``, SIGKILL), then enter ``state``."""
         self.stopping = True
         if self.gen is not None:
-            self.end_generation(self.spec.grace)
+            self.gen.stop(self.spec.grace)
         self.set_state(state, **event)
 
     def on_backend_done(self, error: str | None) -> None:
@@ -263,24 +255,9 @@ class Supervisor:
 
     def stop_processes(self, ids: list[ProcessId]) -> None:
         """Stop some processes; the job's outcome then follows the backend's rules."""
-        live = {e.record.id: e for e in self.table.live_members()}
-        if set(live) <= set(ids):  # nothing would be left running: stop the job as a whole
-            self.stop(reason="user")
+        if {e.record.id for e in self.table.live_members()} <= set(ids):
+            self.stop(reason="user")  # nothing would be left running: stop the job as a whole
             return
-        for pid in ids:
-            entry = self.table.entry(pid)
-            if entry is not None:
-                entry.record.stopped = True
         self.job.append_event("stop_processes", processes=[str(pid) for pid in ids])
-        terminate(
-            [live[pid].handle for pid in ids if pid in live and live[pid].launched], self.spec.grace
-        )
-
-    def drain_exits(self) -> None:
-        """Record every exit not yet recorded: the waiters' codes, else killed."""
-        for entry in self.table.launched():
-            code = entry.handle.poll() if entry.handle else None
-            if code is not None:
-                record_exit(entry.record, code)
-        for record in [*self.table.rows(), *self.table.helper_rows()]:
-            record_exit(record, -signal.SIGKILL)
+        assert self.gen is not None
+        self.gen.stop_members(ids, self.spec.grace)

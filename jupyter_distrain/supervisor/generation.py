@@ -4,17 +4,18 @@ stopped together. Scaling by checkpoint-and-restart replaces the generation."""
 from __future__ import annotations
 
 import logging
+import signal
 import threading
 from collections.abc import Callable
 
-from ..backends.base import Backend, JobHost, Plan, Services, WorkerCommand
-from ..contract import identity_env
+from ..backends.base import Backend, JobHost, Plan, WorkerCommand
+from ..contract import ProcessId, identity_env
 from ..launchers.base import LaunchedProcess, Launcher, ProcessSpec
 from ..plugins import BACKENDS, LAUNCHERS, load_plugin
 from ..spec import JobSpec
 from ..store import JobDir
 from .events import Exited
-from .table import Entry, ProcessTable
+from .table import Entry, ProcessTable, record_exit
 from .termination import terminate
 
 log = logging.getLogger(__name__)
@@ -41,6 +42,7 @@ class Generation:
         self.launcher: Launcher = plugins(LAUNCHERS, spec.launcher)(spec, job)
         self.backend: Backend = plugins(BACKENDS, spec.backend)(spec)
         self.plan: Plan | None = None
+        self.stopped = False
 
     def launch(self, host: JobHost) -> None:
         """Start every process of the plan, then the plan's services."""
@@ -70,15 +72,31 @@ class Generation:
         self.on_exit(Exited(entry.record.id, handle, handle.wait()))
 
     def stop(self, grace: float) -> None:
-        """Stop the services (so no driver starts anything new), then every process."""
+        """Stop the services (so no driver starts anything new), then every process, and
+        record how each ended. A second call does nothing."""
+        if self.stopped:
+            return
+        self.stopped = True
         if self.plan is not None:
-            services, self.plan.services = self.plan.services, Services()
-            services.stop()  # once: a second stop() is a no-op
+            self.plan.services.stop()
         terminate([e.handle for e in self.table.launched() if e.handle], grace)
         self.launcher.sweep()  # anything that escaped its process group, orphans included
-
-    def close(self) -> None:
         self.launcher.close()
+        for entry in self.table.launched():
+            code = entry.handle.poll() if entry.handle else None
+            if code is not None:
+                record_exit(entry.record, code)
+        for record in [*self.table.rows(), *self.table.helper_rows()]:
+            record_exit(record, -signal.SIGKILL)  # no exit code: it went with the rest
+
+    def stop_members(self, ids: list[ProcessId], grace: float) -> None:
+        """Stop these members only (those we launched; hosted ones go with their helper)."""
+        for pid in ids:
+            entry = self.table.entry(pid)
+            if entry is not None:
+                entry.record.stopped = True
+        entries = [self.table.entry(pid) for pid in ids]
+        terminate([e.handle for e in entries if e and e.launched and e.record.live], grace)
 
     @property
     def info(self) -> dict[str, object]:

@@ -1,0 +1,210 @@
+"""Following a job until it ends: its processes' output, a live view, a timeout, an interrupt.
+
+There is one implementation, :func:`steps`: a generator that polls the job once per
+step (one read of state.json and of the control file), prints every process's new
+log lines with its label, ticks the view, and yields the seconds to sleep before the
+next poll; it returns the job's final state. Two drivers run it: :func:`follow`
+blocks (``time.sleep``) and :func:`follow_async` awaits (``asyncio.sleep``), so a
+kernel's event loop stays free between polls. Both apply the same interrupt policy.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import sys
+import time
+from collections.abc import Generator, Iterator
+from typing import Protocol, TextIO
+
+from .contract import ProcessId
+from .job import Job, JobInterrupted, outcome
+from .store import JobDir, JobStatus
+from .tail import LineReader
+from .timing import Deadline
+
+POLL_SECONDS = 0.1
+
+Steps = Generator[float, None, str]  # yields seconds to sleep; returns the final state
+
+
+class View(Protocol):
+    """What a follow ticks: a widget, a text summary, or anything with ``refresh``."""
+
+    def refresh(self, force: bool = False, status: JobStatus | None = None) -> None: ...
+
+
+def label(process: ProcessId) -> str:
+    """How a process's output lines are prefixed: ``[1]`` for worker 1, ``[ps-0]`` otherwise."""
+    return f"[{process.index}]" if process.role == "worker" else f"[{process}]"
+
+
+class LogTail:
+    """Follows every process log of a job: new complete lines, each prefixed by its label."""
+
+    def __init__(self, job_dir: JobDir, from_start: bool = True):
+        self.dir = job_dir
+        self.readers: dict[ProcessId, LineReader] = {
+            process: LineReader(path, from_start=from_start)
+            for process, path in job_dir.log_files().items()
+        }
+
+    def _current(self) -> list[tuple[ProcessId, LineReader]]:
+        """A reader per log, in log order; a log that appeared since is read from its start."""
+        for process, path in self.dir.log_files().items():
+            if process not in self.readers:
+                self.readers[process] = LineReader(path)
+        return sorted(self.readers.items())
+
+    def read(self) -> list[str]:
+        """The complete lines added to any log since the last call."""
+        return [
+            _labelled(process, line)
+            for process, reader in self._current()
+            for line in reader.read()
+        ]
+
+    def flush(self) -> list[str]:
+        """Whatever is left without a final newline."""
+        return [
+            _labelled(process, line)
+            for process, reader in sorted(self.readers.items())
+            for line in reader.flush()
+        ]
+
+
+def _labelled(process: ProcessId, line: bytes) -> str:
+    return f"{label(process)} {line.decode(errors='replace')}"
+
+
+def _print(lines: list[str], out: TextIO) -> None:
+    for line in lines:
+        print(line, file=out, flush=True)
+
+
+def steps(
+    job: Job,
+    view: View | None = None,
+    timeout: float | None = None,
+    stream: bool = True,
+    out: TextIO | None = None,
+    from_start: bool = True,
+) -> Steps:
+    """Watch ``job`` until it ends; yields the seconds to wait between polls.
+
+    Each poll reads the job's status once (before the logs, so no line written
+    before the end is missed), prints the new log lines (``stream``), and passes
+    the status to ``view.refresh``. Returns the final state; raises
+    :class:`~jupyter_distrain.job.JobFailed` when the job failed and
+    ``TimeoutError`` once ``timeout`` seconds have passed.
+    """
+    out = out or sys.stdout
+    tail = LogTail(job.dir, from_start=from_start) if stream else None
+    deadline = Deadline(timeout)
+    while True:
+        status = job.status()
+        if tail is not None:
+            _print(tail.read(), out)
+        if view is not None:
+            view.refresh(status=status)
+        if status.done:
+            break
+        if deadline.expired:
+            raise TimeoutError(f"job {job.id} still {status.state} after {timeout} s")
+        yield POLL_SECONDS
+    if tail is not None:
+        _print(tail.flush(), out)
+    return outcome(job.id, status)
+
+
+class _Run:
+    """Drives :func:`steps`, keeping the final state it returns."""
+
+    def __init__(self, watch: Steps):
+        self.watch = watch
+        self.state = ""
+
+    def delay(self) -> float | None:
+        """Seconds to wait before the next poll; None once the job has ended."""
+        try:
+            return next(self.watch)
+        except StopIteration as end:
+            self.state = end.value
+            return None
+
+
+def _interrupted(job: Job, out: TextIO | None, stop: bool) -> str | None:
+    """The interrupt policy: stop the job (saying so) unless told not to; its state then."""
+    if not stop:
+        return None
+    out = out or sys.stdout
+    print(f"Interrupted: stopping job {job.id} ...", file=out, flush=True)
+    state = job.stop()
+    print(f"Job {job.id} {state}.", file=out, flush=True)
+    return state
+
+
+@contextlib.contextmanager
+def _watching(job: Job, view: View | None, out: TextIO | None, stop: bool) -> Iterator[None]:
+    """What both drivers do around the polls: Ctrl-C's policy, and the view's last refresh."""
+    try:
+        yield
+    except KeyboardInterrupt:
+        _interrupted(job, out, stop)
+        raise
+    finally:
+        if view is not None:
+            view.refresh(force=True)
+
+
+def follow(
+    job: Job,
+    view: View | None = None,
+    *,
+    timeout: float | None = None,
+    stream: bool = True,
+    out: TextIO | None = None,
+    from_start: bool = True,
+    stop_on_interrupt: bool = True,
+) -> str:
+    """Wait for the job to end (blocking), printing every process's output with its label.
+
+    ``view`` is refreshed on every poll and once more (forced) at the end.
+    Interrupting the wait (Ctrl-C) stops the job, unless ``stop_on_interrupt`` is
+    false, and re-raises. Returns the final state; raises ``JobFailed`` when it failed.
+    """
+    run = _Run(steps(job, view, timeout, stream, out, from_start))
+    with _watching(job, view, out, stop_on_interrupt):
+        while (delay := run.delay()) is not None:
+            time.sleep(delay)
+    return run.state
+
+
+async def follow_async(
+    job: Job,
+    view: View | None = None,
+    *,
+    timeout: float | None = None,
+    stream: bool = True,
+    out: TextIO | None = None,
+    from_start: bool = True,
+    stop_on_interrupt: bool = True,
+) -> str:
+    """:func:`follow` for an event loop: the loop is free between polls, so a kernel
+    handles widget events (the Stop button) while a cell waits.
+
+    A kernel interrupts an async cell by cancelling it: the job is stopped and
+    :class:`~jupyter_distrain.job.JobInterrupted` raised (one line in the cell, and
+    "Run All" stops here); with ``stop_on_interrupt`` false the cancellation goes on.
+    """
+    run = _Run(steps(job, view, timeout, stream, out, from_start))
+    with _watching(job, view, out, stop_on_interrupt):
+        try:
+            while (delay := run.delay()) is not None:
+                await asyncio.sleep(delay)
+        except asyncio.CancelledError:
+            state = _interrupted(job, out, stop_on_interrupt)
+            if state is None:
+                raise
+            raise JobInterrupted(job.id, state) from None
+    return run.state

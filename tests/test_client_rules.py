@@ -1,0 +1,403 @@
+"""Fast checks of the client's rules, with no process started: the view's arithmetic, the
+async-cell transformer, following a job directory written by hand, reading growing files,
+process ids and the typed status."""
+
+from __future__ import annotations
+
+import ast
+import asyncio
+import io
+import json
+from pathlib import Path
+
+import pytest
+
+from jupyter_distrain.contract import ProcessId
+from jupyter_distrain.follow import LogTail, follow, follow_async, steps
+from jupyter_distrain.job import Job, JobFailed, JobInterrupted
+from jupyter_distrain.magics import DistributedMagics, async_cell
+from jupyter_distrain.spec import JobSpec
+from jupyter_distrain.store import JobDir, JobStatus, ProcessRecord
+from jupyter_distrain.tail import MAX_PARTIAL_BYTES, LineReader, last_lines
+from jupyter_distrain.widget import (
+    JobModel,
+    JobWidget,
+    aggregate_images_per_sec,
+    launch_progress,
+    progress,
+    stragglers,
+    time_to_first_step,
+)
+
+
+def record(index: int, state: str = "running", role: str = "worker", **fields) -> ProcessRecord:
+    return ProcessRecord(role=role, index=index, host="localhost", state=state, **fields)
+
+
+# --- the view's arithmetic ------------------------------------------------------------
+def test_stragglers_are_more_than_20_percent_below_the_median_of_medians():
+    recent = {
+        "worker-0": [100.0] * 5,
+        "worker-1": [104.0, 96.0, 100.0],  # median 100
+        "worker-2": [100.0] * 3,
+        "worker-3": [79.0, 500.0, 1.0],  # median 79: 21% below
+    }
+    running = set(recent)
+    assert stragglers(recent, running) == ["worker-3"]
+    assert stragglers({**recent, "worker-3": [80.0]}, running) == []  # 20% is not more than 20%
+    assert stragglers(recent, running - {"worker-3"}) == []  # only running processes count
+    assert stragglers({"worker-0": [1.0], "worker-1": []}, {"worker-0", "worker-1"}) == []
+    assert stragglers({}, set()) == []
+
+
+def test_progress_is_the_furthest_step_over_the_total_with_an_eta():
+    assert progress([None, 50, 40], 100, first_step_time=10.0, now=20.0) == (0.5, 10.0)
+    assert progress([150], 100, first_step_time=10.0, now=20.0) == (1.0, 0.0)
+    assert progress([50], None, first_step_time=10.0, now=20.0) == (0.0, None)
+    assert progress([None, 0], 100, first_step_time=10.0, now=20.0) == (0.0, None)
+    assert progress([25], 100, first_step_time=None, now=20.0) == (0.25, 0.0)
+
+
+def test_aggregate_images_per_sec_sums_live_processes_only():
+    processes = [
+        record(0, "running", images_per_sec=100.0),
+        record(1, "starting", images_per_sec=50.0),
+        record(2, "exited", images_per_sec=200.0),
+        record(3, "running", images_per_sec=None),
+    ]
+    assert aggregate_images_per_sec(processes) == 150.0
+    assert aggregate_images_per_sec([]) == 0.0
+
+
+def test_launch_progress_and_time_to_first_step():
+    processes = [record(0, "running"), record(1, "starting"), record(0, "pending", role="ps")]
+    assert launch_progress(processes) == "1/3 processes up"
+    assert launch_progress([]) == "0/0 processes up"
+    assert time_to_first_step(12.5, 10.0) == 2.5
+    assert time_to_first_step(None, 10.0) is None
+    assert time_to_first_step(12.5, None) is None
+
+
+def test_job_model_reads_metrics_incrementally_keyed_by_process(tmp_path):
+    job = Job(new_job_dir(tmp_path))
+    lines = [
+        {"role": "worker", "index": 0, "time": 5.0, "step": 1, "images_per_sec": 10.0},
+        {"role": "worker", "index": 1, "step": 1, "images_per_sec": 12.0, "total_steps": 4},
+        {"role": "worker", "index": 0, "heartbeat": True},  # no step
+        {"rank": 0, "step": 2, "images_per_sec": 1.0},  # no role/index: not a process's
+    ]
+    status = JobStatus(state="running", created=4.0, processes=[record(0, step=2), record(1)])
+    with open(job.dir.metrics_file, "w") as f:
+        f.write("".join(json.dumps(r) + "\n" for r in lines) + "not json\n[1, 2]\n")
+        f.write('{"role": "worker", "index": 0, "step": 2, "images_per_sec": 11.0')  # partial
+    model = JobModel(job)
+    model.update(status)
+    assert {k: list(v) for k, v in model.series.items()} == {
+        "worker-0": [(1, 10.0)],
+        "worker-1": [(1, 12.0)],
+    }
+    assert model.total_steps == 4 and model.time_to_first_step() == 1.0
+    with open(job.dir.metrics_file, "a") as f:
+        f.write("}\n")
+    model.update(status)
+    assert list(model.series["worker-0"]) == [(1, 10.0), (2, 11.0)]
+    assert model.progress()[0] == 0.5
+
+
+def test_widget_rows_rank_picker_and_log_view_from_a_written_job(tmp_path):
+    job_dir = new_job_dir(tmp_path)
+    processes = [record(0, pid=5, step=3, images_per_sec=10.0), record(0, role="ps")]
+    job_dir.write_state(JobStatus(state="running", workers=1, processes=processes))
+    append(job_dir, ProcessId("ps", 0), "".join(f"ps line {i}\n" for i in range(100)))
+    widget = JobWidget(Job(job_dir))
+    assert [(r["role"], r["rank"], r["pid"], r["step"]) for r in widget.rows] == [
+        ("worker", 0, 5, 3),
+        ("ps", 0, None, None),
+    ]
+    assert widget.job_state == "running" and widget.aggregate_images_per_sec == 10.0
+    assert widget.launch_progress == "2/2 processes up"
+    assert list(widget.rank_picker.options) == ["worker-0", "ps-0"]
+    widget.logs_button.value = True
+    widget.rank_picker.value = "ps-0"
+    assert (
+        "ps line 99</pre>" in widget.log_view.value and "ps line 59\n" not in widget.log_view.value
+    )
+
+
+def test_status_command_lines(tmp_path, capsys):
+    job_dir = new_job_dir(tmp_path)
+    processes = [record(0, "exited", pid=7, exit_code=0), record(1, "killed", exit_code=-9)]
+    job_dir.write_state(JobStatus(state="failed", error="rank 1 failed first", processes=processes))
+    DistributedMagics._print_status(Job(job_dir))
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].startswith(f"{job_dir.id:<24} failed       1 workers  auto/local  ")
+    assert lines[1:] == [
+        "error: rank 1 failed first",
+        "  worker-0   pid 7        localhost    exited (exit 0)",
+        "  worker-1   pid -        localhost    killed (exit -9)",
+    ]
+
+
+# --- the async cell ------------------------------------------------------------------------
+def test_async_cell_turns_a_distributed_cell_into_one_await():
+    body = "x = 'quote\" and \\\\ backslash'\nprint(x)\n"
+    lines = async_cell(["%%distributed --workers 2 --name a\n", *body.splitlines(True)])
+    assert len(lines) == 1 and lines[0].startswith("await get_ipython().find_cell_magic(")
+    tree = ast.parse(lines[0])
+    call = tree.body[0].value.value
+    assert call.func.attr == "distributed_async"
+    assert [ast.literal_eval(a) for a in call.args] == ["--workers 2 --name a", body]
+
+
+@pytest.mark.parametrize(
+    "lines",
+    [
+        [],
+        ["print(1)\n"],
+        ["%%distributedx\n", "print(1)\n"],  # another magic's name
+        ["%%distributed?\n"],  # a help request
+        ["%distributed list\n"],  # the line magic
+    ],
+)
+def test_async_cell_leaves_other_cells_alone(lines):
+    assert async_cell(list(lines)) == lines
+
+
+# --- following a job directory written by hand ----------------------------------------------
+def new_job_dir(tmp_path: Path) -> JobDir:
+    return JobDir.create(JobSpec(code="pass\n", name="rules", grace=0), root=tmp_path)
+
+
+def append(job_dir: JobDir, process: ProcessId, text: str) -> None:
+    with open(job_dir.log_file(process), "a") as f:
+        f.write(text)
+
+
+class Recorder:
+    """A view that keeps every refresh it was given."""
+
+    def __init__(self, on_tick=None):
+        self.calls: list[tuple[bool, str | None]] = []
+        self.on_tick = on_tick
+
+    def refresh(self, force: bool = False, status: JobStatus | None = None) -> None:
+        self.calls.append((force, None if status is None else status.state))
+        if not force and self.on_tick is not None:
+            self.on_tick()
+
+
+def test_follow_prints_labelled_lines_until_a_final_state(tmp_path):
+    job_dir = new_job_dir(tmp_path)
+    job, out, view = Job(job_dir), io.StringIO(), Recorder()
+    job_dir.write_state(JobStatus(state="running"))
+    append(job_dir, ProcessId("worker", 0), "hello from 0\npartial")
+    append(job_dir, ProcessId("ps", 0), "ps up\n")
+    watch = steps(job, view, stream=True, out=out)
+    assert next(watch) > 0
+    assert out.getvalue() == "[ps-0] ps up\n[0] hello from 0\n"
+    append(job_dir, ProcessId("worker", 0), " line\n")
+    append(job_dir, ProcessId("worker", 1), "late\nno newline")  # appeared after the start
+    job_dir.write_state(JobStatus(state="succeeded"))
+    with pytest.raises(StopIteration) as end:
+        next(watch)
+    assert end.value.value == "succeeded"
+    assert out.getvalue().splitlines()[2:] == ["[0] partial line", "[1] late", "[1] no newline"]
+    assert view.calls == [(False, "running"), (False, "succeeded")]
+
+
+def test_follow_without_stream_prints_nothing_and_refreshes_the_view_at_the_end(tmp_path):
+    job_dir = new_job_dir(tmp_path)
+    append(job_dir, ProcessId("worker", 0), "hidden\n")
+    job_dir.write_state(JobStatus(state="stopped"))
+    out, view = io.StringIO(), Recorder()
+    assert follow(Job(job_dir), view, stream=False, out=out) == "stopped"
+    assert out.getvalue() == "" and view.calls == [(False, "stopped"), (True, None)]
+
+
+def test_follow_raises_job_failed_with_the_error_and_its_tail(tmp_path):
+    job_dir = new_job_dir(tmp_path)
+    job_dir.write_state(JobStatus(state="failed", error="rank 1 failed first", error_tail="Boom"))
+    with pytest.raises(JobFailed) as failure:
+        follow(Job(job_dir), out=io.StringIO())
+    assert str(failure.value) == f"job {job_dir.id} failed: rank 1 failed first"
+    assert failure.value._render_traceback_()[-1] == "Boom"
+
+
+def test_follow_times_out(tmp_path):
+    job_dir = new_job_dir(tmp_path)
+    job_dir.write_state(JobStatus(state="running"))
+    with pytest.raises(TimeoutError, match="still running after 0 s"):
+        next(steps(Job(job_dir), timeout=0, out=io.StringIO()))
+
+
+def test_an_interrupt_stops_the_job_and_says_so(tmp_path):
+    job_dir = new_job_dir(tmp_path)
+    job_dir.write_state(JobStatus(state="running"))
+
+    def interrupt() -> None:  # Ctrl-C during a poll; the job has stopped by the time we ask
+        job_dir.write_state(JobStatus(state="stopped"))
+        raise KeyboardInterrupt
+
+    out, view = io.StringIO(), Recorder(on_tick=interrupt)
+    with pytest.raises(KeyboardInterrupt):
+        follow(Job(job_dir), view, out=out)
+    assert out.getvalue() == (
+        f"Interrupted: stopping job {job_dir.id} ...\nJob {job_dir.id} stopped.\n"
+    )
+    assert view.calls[-1] == (True, None)
+    out = io.StringIO()
+    with pytest.raises(KeyboardInterrupt):
+        follow(Job(job_dir), Recorder(on_tick=interrupt), out=out, stop_on_interrupt=False)
+    assert out.getvalue() == ""
+
+
+def test_the_async_follow_turns_a_cancellation_into_job_interrupted(tmp_path):
+    job_dir = new_job_dir(tmp_path)
+    job_dir.write_state(JobStatus(state="running"))
+
+    async def cancel_while_following(stop: bool) -> str:
+        out = io.StringIO()
+        task = asyncio.ensure_future(follow_async(Job(job_dir), out=out, stop_on_interrupt=stop))
+        await asyncio.sleep(0.05)  # the follow is between polls
+        job_dir.write_state(JobStatus(state="stopped"))
+        task.cancel()
+        try:
+            await task
+        finally:
+            assert ("Interrupted" in out.getvalue()) is stop
+        return out.getvalue()
+
+    with pytest.raises(JobInterrupted) as interrupted:
+        asyncio.run(cancel_while_following(stop=True))
+    assert interrupted.value._render_traceback_() == [
+        f"KeyboardInterrupt: job {job_dir.id} stopped"
+    ]
+    job_dir.write_state(JobStatus(state="running"))
+    with pytest.raises(asyncio.CancelledError):
+        asyncio.run(cancel_while_following(stop=False))
+
+
+def test_the_async_follow_returns_the_final_state(tmp_path):
+    job_dir = new_job_dir(tmp_path)
+    append(job_dir, ProcessId("chief", 0), "chief says\n")
+    job_dir.write_state(JobStatus(state="succeeded"))
+    out = io.StringIO()
+    assert asyncio.run(follow_async(Job(job_dir), out=out)) == "succeeded"
+    assert out.getvalue() == "[chief-0] chief says\n"
+
+
+def test_log_tail_from_the_end_and_job_logs(tmp_path):
+    job_dir = new_job_dir(tmp_path)
+    append(job_dir, ProcessId("worker", 0), "old\n")
+    tail = LogTail(job_dir, from_start=False)
+    append(job_dir, ProcessId("worker", 0), "new\n")
+    assert tail.read() == ["[0] new"]
+    job = Job(job_dir)
+    assert job.logs() == "[0] old\n[0] new"
+    assert job.logs(ProcessId("worker", 0)) == "old\nnew\n"
+    with pytest.raises(KeyError, match="has no log for worker 3"):
+        job.logs(ProcessId("worker", 3))
+
+
+# --- reading growing files ---------------------------------------------------------------------
+def test_line_reader_returns_complete_lines_and_keeps_the_partial_one(tmp_path):
+    path = tmp_path / "log"
+    reader = LineReader(path)
+    assert reader.read() == []  # no file yet
+    path.write_bytes(b"a\nb")
+    assert reader.read() == [b"a"]
+    assert reader.read() == []
+    with open(path, "ab") as f:
+        f.write(b"c\nd")
+    assert reader.read() == [b"bc"]
+    assert reader.flush() == [b"d"] and reader.flush() == []
+
+
+def test_line_reader_from_the_end(tmp_path):
+    path = tmp_path / "log"
+    path.write_bytes(b"before\n")
+    reader = LineReader(path, from_start=False)
+    with open(path, "ab") as f:
+        f.write(b"after\n")
+    assert reader.read() == [b"after"]
+    missing = LineReader(tmp_path / "later", from_start=False)
+    (tmp_path / "later").write_bytes(b"first\n")
+    assert missing.read() == [b"first"]  # a file made later is read from its start
+
+
+def test_line_reader_cuts_a_progress_bar_without_newlines(tmp_path):
+    path = tmp_path / "log"
+    bar = b"step\r" * (MAX_PARTIAL_BYTES // 5 + 10)
+    path.write_bytes(bar)
+    assert LineReader(path).read() == [bar]  # handed out, not held in memory
+    reader = LineReader(path)
+    path.write_bytes(b"short\r")
+    assert reader.read() == [] and reader.flush() == [b"short\r"]
+
+
+def test_last_lines_reads_only_the_end(tmp_path):
+    path = tmp_path / "log"
+    path.write_text("".join(f"line {i}\n" for i in range(1000)))
+    assert last_lines(path, 3) == "line 997\nline 998\nline 999"
+    assert last_lines(path, 1, max_bytes=12) == "line 999"  # reads 12 bytes, not the file
+    assert last_lines(tmp_path / "missing", 5) == ""
+
+
+# --- process ids and the typed status --------------------------------------------------------
+@pytest.mark.parametrize(
+    "process", [ProcessId("worker", 0), ProcessId("ps", 12), ProcessId("chief", 0)]
+)
+def test_process_id_round_trips(process):
+    assert ProcessId.parse(str(process)) == process
+    assert ProcessId.of(process.fields()) == process
+    assert ProcessId.of(json.loads(json.dumps({**process.fields(), "step": 1}))) == process
+
+
+def test_process_id_text_and_descriptions():
+    assert str(ProcessId("worker", 1)) == "worker-1"
+    assert ProcessId.parse("my-role-3") == ProcessId("my-role", 3)
+    assert [ProcessId(r, i).describe() for r, i in [("worker", 1), ("ps", 0), ("chief", 0)]] == [
+        "rank 1",
+        "ps 0",
+        "chief",
+    ]
+
+
+@pytest.mark.parametrize("text", ["worker", "worker-", "-1", "worker-x", "worker-1.5", ""])
+def test_process_id_rejects_bad_text(text):
+    with pytest.raises(ValueError, match="not a process id"):
+        ProcessId.parse(text)
+
+
+@pytest.mark.parametrize(
+    "fields",
+    [
+        {},
+        {"role": "worker"},
+        {"index": 0},
+        {"rank": 0, "step": 1},
+        {"role": 1, "index": 0},
+        {"role": "worker", "index": "0"},
+        {"role": "worker", "index": True},
+    ],
+)
+def test_process_id_of_malformed_fields_is_none(fields):
+    assert ProcessId.of(fields) is None
+
+
+def test_job_status_round_trips_through_json():
+    status = JobStatus(
+        state="running",
+        backend="ps",
+        workers=2,
+        created=1.5,
+        processes=[record(0, pid=11, step=3, loss=0.25), record(0, role="ps", pid=12)],
+        helpers=[record(0, role="mpirun", hosts=["a", "b"])],
+        backend_info={"cluster": {"ps": ["h:1"], "worker": ["h:2", "h:3"]}},
+    )
+    data = json.loads(json.dumps(status.to_dict()))
+    assert JobStatus.from_dict(data) == status
+    assert JobStatus.from_dict({**data, "from_the_future": 1}) == status
+    again = JobStatus.from_dict(data)
+    assert again.process(ProcessId("ps", 0)).pid == 12 and again.pids() == [11, 12]
+    assert not again.done and JobStatus(state="stopped").done
