@@ -15,7 +15,8 @@ import contextlib
 import sys
 import time
 from collections.abc import Generator, Iterator
-from typing import Protocol, TextIO
+from dataclasses import dataclass
+from typing import Any, Protocol, TextIO
 
 from .contract import ProcessId
 from .job import Job, JobInterrupted, outcome
@@ -157,39 +158,39 @@ def _watching(job: Job, view: View | None, out: TextIO | None, stop: bool) -> It
             view.refresh(force=True)
 
 
-def follow(
-    job: Job,
-    view: View | None = None,
-    *,
-    timeout: float | None = None,
-    stream: bool = True,
-    out: TextIO | None = None,
-    from_start: bool = True,
-    stop_on_interrupt: bool = True,
-) -> str:
+@dataclass(frozen=True)
+class FollowOptions:
+    """How to follow a job: ``timeout`` (seconds, None for ever), ``stream`` the
+    processes' output to ``out`` (default stdout), ``from_start`` of the logs or from
+    now, and whether an interrupt stops the job (``stop_on_interrupt``)."""
+
+    timeout: float | None = None
+    stream: bool = True
+    out: TextIO | None = None
+    from_start: bool = True
+    stop_on_interrupt: bool = True
+
+    def run(self, job: Job, view: View | None) -> _Run:
+        return _Run(steps(job, view, self.timeout, self.stream, self.out, self.from_start))
+
+
+def follow(job: Job, view: View | None = None, **options: Any) -> str:
     """Wait for the job to end (blocking), printing every process's output with its label.
 
-    ``view`` is refreshed on every poll and once more (forced) at the end.
-    Interrupting the wait (Ctrl-C) stops the job, unless ``stop_on_interrupt`` is
-    false, and re-raises. Returns the final state; raises ``JobFailed`` when it failed.
+    ``options`` are :class:`FollowOptions`' fields. ``view`` is refreshed on every
+    poll and once more (forced) at the end. Interrupting the wait (Ctrl-C) stops the
+    job, unless ``stop_on_interrupt`` is false, and re-raises. Returns the final
+    state; raises ``JobFailed`` when it failed.
     """
-    run = _Run(steps(job, view, timeout, stream, out, from_start))
-    with _watching(job, view, out, stop_on_interrupt):
+    opts = FollowOptions(**options)
+    run = opts.run(job, view)
+    with _watching(job, view, opts.out, opts.stop_on_interrupt):
         while (delay := run.delay()) is not None:
             time.sleep(delay)
     return run.state
 
 
-async def follow_async(
-    job: Job,
-    view: View | None = None,
-    *,
-    timeout: float | None = None,
-    stream: bool = True,
-    out: TextIO | None = None,
-    from_start: bool = True,
-    stop_on_interrupt: bool = True,
-) -> str:
+async def follow_async(job: Job, view: View | None = None, **options: Any) -> str:
     """:func:`follow` for an event loop: the loop is free between polls, so a kernel
     handles widget events (the Stop button) while a cell waits.
 
@@ -197,13 +198,14 @@ async def follow_async(
     :class:`~jupyter_distrain.job.JobInterrupted` raised (one line in the cell, and
     "Run All" stops here); with ``stop_on_interrupt`` false the cancellation goes on.
     """
-    run = _Run(steps(job, view, timeout, stream, out, from_start))
-    with _watching(job, view, out, stop_on_interrupt):
+    opts = FollowOptions(**options)
+    run = opts.run(job, view)
+    with _watching(job, view, opts.out, opts.stop_on_interrupt):
         try:
             while (delay := run.delay()) is not None:
                 await asyncio.sleep(delay)
         except asyncio.CancelledError:
-            state = _interrupted(job, out, stop_on_interrupt)
+            state = _interrupted(job, opts.out, opts.stop_on_interrupt)
             if state is None:
                 raise
             raise JobInterrupted(job.id, state) from None

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import logging
 import os
+import signal
 import socket
 import sys
 
@@ -21,7 +22,7 @@ from ..backends.base import WorkerCommand
 from ..store import JobDir
 from .channels import Channels
 from .core import Supervisor
-from .events import Inbox
+from .events import Inbox, StopRequested
 
 __all__ = ["Supervisor", "main"]
 
@@ -46,7 +47,8 @@ def main(argv: list[str] | None = None) -> int:
     supervisor = Supervisor(
         job, inbox, worker, counts=channels.metrics_counts, publish=channels.publish
     )
-    supervisor.install_signal_handlers()
+    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):  # posted: a handler never blocks
+        signal.signal(sig, lambda *_: inbox.post(StopRequested("signal")))
     try:
         supervisor.run()
     finally:

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import logging
 import os
-import signal
 import threading
 import time
 from collections.abc import Callable
@@ -175,21 +174,6 @@ class Supervisor:
         self.gen.launch(self)
         self.save()
 
-    def restart(self, workers: int) -> None:
-        """Stop the current generation and launch the next one with ``workers`` workers."""
-        assert self.gen is not None
-        log.info("restarting with %d workers", workers)
-        self.gen.stop(self.spec.grace)
-        self.job.append_event(
-            "restart",
-            generation=self.gen.number + 1,
-            workers=workers,
-            previous=[r.to_dict() for r in self.table.rows()],
-        )
-        self.scaling.done()
-        self.resized(workers)
-        self.launch()
-
     def resized(self, workers: int) -> None:
         self.spec.workers = self.status.workers = workers
         self.job.write_spec(self.spec)
@@ -203,11 +187,6 @@ class Supervisor:
             self.set_state("failed", error=self.status.error or "supervisor ended unexpectedly")
         self.drain_inbox()
         self.save()
-
-    def install_signal_handlers(self) -> None:
-        """SIGTERM, SIGINT and SIGHUP stop the job (posted: a handler never blocks)."""
-        for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
-            signal.signal(sig, lambda *_: self.inbox.post(ev.StopRequested("signal")))
 
     def close(self) -> None:
         """The last save, once the metrics channel has stored everything: the rows get

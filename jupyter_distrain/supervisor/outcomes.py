@@ -87,8 +87,7 @@ class ProcessEvents:
         if sup.stopping or sup.status.done:
             return
         if sup.scaling.checkpointed(code):
-            assert sup.scaling.target is not None
-            sup.restart(sup.scaling.target)
+            sup.scaling.restart()
             return
         assert sup.gen is not None
         outcome = sup.gen.backend.outcome(sup.table.rows(), record)

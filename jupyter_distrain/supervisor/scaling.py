@@ -46,6 +46,23 @@ class Scaling:
                 entry.handle.signal(signal.SIGUSR1)
         sup.save()
 
+    def restart(self) -> None:
+        """A member checkpointed: stop this generation, launch the next at the new size."""
+        sup = self.supervisor
+        assert sup.gen is not None and self.target is not None
+        workers = self.target
+        log.info("restarting with %d workers", workers)
+        sup.gen.stop(sup.spec.grace)
+        sup.job.append_event(
+            "restart",
+            generation=sup.gen.number + 1,
+            workers=workers,
+            previous=[r.to_dict() for r in sup.table.rows()],
+        )
+        self.done()
+        sup.resized(workers)
+        sup.launch()
+
     def checkpointed(self, code: int) -> bool:
         """Whether an exit with ``code`` is a member's answer to a pending request."""
         return self.target is not None and code == CHECKPOINT_EXIT
