@@ -6,6 +6,7 @@ The ``%%distributed`` magic is a thin layer over :func:`submit`.
 from __future__ import annotations
 
 import dataclasses
+import os
 import subprocess
 import sys
 import threading
@@ -69,11 +70,12 @@ def submit(spec: JobSpec, namespace: Mapping[str, Any] | None = None) -> Job:
     spec.validate()
     check_syntax(spec.code)
     try:
-        load_plugin(LAUNCHERS, spec.launcher)
+        launcher = load_plugin(LAUNCHERS, spec.launcher)
     except ValueError as exc:
         raise SpecError(f"--launcher: {exc}") from None
     backend, reason = resolve_backend(spec)
     resolved = dataclasses.replace(spec, backend=backend)
+    launcher.check_capacity(resolved, load_plugin(BACKENDS, backend)(resolved).slots_needed())
     pushed = pickle_pushed(resolved.push, namespace or {})
     job_dir = JobDir.create(resolved)
     if pushed is not None:
@@ -83,16 +85,24 @@ def submit(spec: JobSpec, namespace: Mapping[str, Any] | None = None) -> Job:
 
 
 def start_supervisor(job: JobDir) -> None:
-    """Spawn the job's supervisor in its own session, so it outlives the kernel."""
-    with open(job.supervisor_log, "ab") as log:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "jupyter_distrain.supervisor", str(job.path)],
-            stdin=subprocess.DEVNULL,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-            close_fds=True,
-        )
+    """Spawn the job's supervisor in its own session, so it outlives the kernel.
+
+    The job's lock is taken here and handed over, so from this moment until the
+    supervisor dies the job counts as alive (``JobDir.supervisor_alive``)."""
+    lock = job.hold_lock()
+    try:
+        with open(job.supervisor_log, "ab") as log:
+            proc = subprocess.Popen(
+                [sys.executable, "-m", "jupyter_distrain.supervisor", str(job.path)]
+                + ["--lock-fd", str(lock)],
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+                pass_fds=(lock,),
+            )
+    finally:
+        os.close(lock)
     # reap it when it ends, so a long-lived kernel collects no zombies
     threading.Thread(target=proc.wait, daemon=True).start()
 

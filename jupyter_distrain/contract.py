@@ -61,7 +61,6 @@ class Env:
     JOB_DIR = "JUPYTER_DISTRAIN_JOB_DIR"
     CONTROL = "JUPYTER_DISTRAIN_CONTROL"  # host:port of the supervisor's control server
     METRICS = "JUPYTER_DISTRAIN_METRICS"  # tcp://host:port of the metrics collector
-    SECRET = "JUPYTER_DISTRAIN_SECRET"  # the job's signing key
     BACKEND = "JUPYTER_DISTRAIN_BACKEND"
     OUT = "JUPYTER_DISTRAIN_OUT"  # set when rank 0 must store ``result``
     BATCH_SIZE = "JUPYTER_DISTRAIN_BATCH_SIZE"
@@ -106,32 +105,34 @@ def identity_env(pid: ProcessId, address: str | None) -> dict[str, str]:
 
 @dataclass(frozen=True)
 class WorkerChannels:
-    """How a worker reaches its supervisor: the job directory and the two channels."""
+    """How a worker reaches its supervisor: the job directory and the two channels.
+
+    The secret is never in the environment (a subprocess of the cell would inherit
+    it, and printing the environment would show it): a worker reads it from the job
+    directory's private control file."""
 
     job_dir: str
-    control: str  # host:port
-    metrics: str  # tcp://host:port
-    secret: str
+    control: str  # unix:/path or tcp:host:port
+    metrics: str  # ipc:///path or tcp://host:port
+    secret: str = ""
 
     def env(self) -> dict[str, str]:
-        return {
-            Env.JOB_DIR: self.job_dir,
-            Env.CONTROL: self.control,
-            Env.METRICS: self.metrics,
-            Env.SECRET: self.secret,
-        }
+        return {Env.JOB_DIR: self.job_dir, Env.CONTROL: self.control, Env.METRICS: self.metrics}
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> WorkerChannels | None:
-        """The channels given to this process; None outside a job."""
+        """The channels given to this process, with the job's secret; None outside a job."""
+        from .store import JobDir
+
         environ = os.environ if environ is None else environ
         if Env.JOB_DIR not in environ:
             return None
+        control = JobDir(environ[Env.JOB_DIR]).read_control()
         return cls(
             environ[Env.JOB_DIR],
             environ.get(Env.CONTROL, ""),
             environ.get(Env.METRICS, ""),
-            environ.get(Env.SECRET, ""),
+            control.secret if control is not None else "",
         )
 
 

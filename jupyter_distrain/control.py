@@ -1,9 +1,14 @@
-"""The supervisor's control channel: signed JSON requests over TCP.
+"""The supervisor's control channel: signed, fresh, never-replayed JSON requests over a
+Unix socket in the job's private directory (or TCP, for workers on other hosts).
 
-Each request is one line ``{"body": {...}, "sig": hex}`` where ``sig`` is the
-HMAC-SHA256 of the canonical JSON body under the job's secret (Jupyter signs its
-own messages the same way). A request with a bad signature is answered with an
-error and otherwise ignored. The reply is one JSON line.
+Each request is one line ``{"body": {...}, "nonce": hex, "time": t, "sig": hex}``;
+``sig`` is the HMAC-SHA256 of the canonical JSON of the other three fields under
+the job's secret (Jupyter signs its own messages the same way). The server
+answers a request only when the signature is right, ``time`` is within
+``FRESH_SECONDS`` of its clock and the nonce was not seen before; anything else
+is refused with one short error and counted. Lines are bounded, reads time out
+and the number of connections served at once is capped, so a local user without
+the secret cannot hold the supervisor up. The reply is one JSON line.
 """
 
 from __future__ import annotations
@@ -12,9 +17,13 @@ import hashlib
 import hmac
 import json
 import logging
+import os
+import re
+import secrets
 import socket
 import socketserver
 import threading
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -22,55 +31,96 @@ log = logging.getLogger(__name__)
 
 Handler = Callable[[dict[str, Any]], dict[str, Any]]
 
+MAX_LINE_BYTES = 64 * 1024
+READ_TIMEOUT_SECONDS = 10.0
+MAX_CONNECTIONS = 32
+FRESH_SECONDS = 120.0
+_SIG_RE = re.compile(r"[0-9a-f]{64}")
 
-def sign(secret: str, body: dict[str, Any]) -> str:
-    payload = json.dumps(body, sort_keys=True, separators=(",", ":")).encode()
-    return hmac.new(secret.encode(), payload, hashlib.sha256).hexdigest()
+
+def sign(secret: str, payload: dict[str, Any]) -> str:
+    canonical = json.dumps(payload, sort_keys=True, separators=(",", ":")).encode()
+    return hmac.new(secret.encode(), canonical, hashlib.sha256).hexdigest()
 
 
 def encode(secret: str, body: dict[str, Any]) -> bytes:
-    return json.dumps({"body": body, "sig": sign(secret, body)}).encode() + b"\n"
+    """One signed request line, with a fresh nonce and the time."""
+    payload = {"body": body, "nonce": secrets.token_hex(16), "time": time.time()}
+    return json.dumps({**payload, "sig": sign(secret, payload)}).encode() + b"\n"
 
 
-def verify(secret: str, line: bytes) -> dict[str, Any] | None:
-    """Return the body of a correctly signed request, else None."""
+def _parse(line: bytes) -> dict[str, Any] | None:
     try:
         message = json.loads(line)
-        body, sig = message["body"], message["sig"]
-    except (ValueError, KeyError, TypeError):
+    except (ValueError, RecursionError, TypeError):
         return None
-    if not isinstance(body, dict) or not isinstance(sig, str):
+    return message if isinstance(message, dict) else None
+
+
+def verify(secret: str, line: bytes, now: float | None = None) -> dict[str, Any] | None:
+    """The body of a correctly signed, fresh request, else None (no replay check)."""
+    message = _parse(line)
+    if message is None:
         return None
-    return body if hmac.compare_digest(sign(secret, body), sig) else None
+    body, nonce, sent, sig = (message.get(k) for k in ("body", "nonce", "time", "sig"))
+    if not (isinstance(body, dict) and isinstance(nonce, str) and isinstance(sig, str)):
+        return None
+    if not isinstance(sent, int | float) or not _SIG_RE.fullmatch(sig) or len(nonce) > 64:
+        return None
+    now = time.time() if now is None else now
+    if abs(now - sent) > FRESH_SECONDS:
+        return None
+    expected = sign(secret, {"body": body, "nonce": nonce, "time": sent})
+    return body if hmac.compare_digest(expected, sig) else None
+
+
+class ReplayGuard:
+    """Remembers the nonces of recent requests: each is taken once. Older ones are
+    refused by :func:`verify` as stale, so they need not be kept."""
+
+    def __init__(self) -> None:
+        self._seen: dict[str, float] = {}
+        self._lock = threading.Lock()
+
+    def first_time(self, line: bytes) -> bool:
+        nonce, now = str((_parse(line) or {}).get("nonce")), time.time()
+        with self._lock:
+            if len(self._seen) > 1000:
+                horizon = now - 2 * FRESH_SECONDS
+                self._seen = {n: t for n, t in self._seen.items() if t > horizon}
+            if nonce in self._seen:
+                return False
+            self._seen[nonce] = now
+            return True
+
+
+def parse_address(address: str) -> tuple[int, Any]:
+    """``unix:/path`` or ``tcp:host:port`` -> (socket family, socket address)."""
+    kind, _, rest = address.partition(":")
+    if kind == "unix" and rest:
+        return socket.AF_UNIX, rest
+    host, _, port = rest.rpartition(":")
+    if kind == "tcp" and host and port.isdigit():
+        return socket.AF_INET, (host, int(port))
+    raise ValueError(f"not a control address: {address!r} (unix:/path or tcp:host:port)")
 
 
 class ControlServer:
-    """A small threaded TCP server that hands verified requests to ``handler``."""
+    """A small threaded server that hands verified requests to ``handler``."""
 
-    def __init__(self, secret: str, handler: Handler, host: str = "127.0.0.1"):
+    def __init__(self, secret: str, handler: Handler, address: str):
         self.secret = secret
-        self.rejected = 0
-        outer = self
-
-        class _RequestHandler(socketserver.StreamRequestHandler):
-            def handle(self) -> None:
-                for line in self.rfile:
-                    body = verify(outer.secret, line)
-                    if body is None:
-                        outer.rejected += 1
-                        reply: dict[str, Any] = {"ok": False, "error": "bad signature"}
-                    else:
-                        try:
-                            reply = {"ok": True, **handler(body)}
-                        except Exception as exc:  # report, keep serving
-                            log.exception("control request %r failed", body)
-                            reply = {"ok": False, "error": str(exc)}
-                    self.wfile.write(json.dumps(reply).encode() + b"\n")
-
-        socketserver.ThreadingTCPServer.allow_reuse_address = True
-        self._server = socketserver.ThreadingTCPServer((host, 0), _RequestHandler)
-        self._server.daemon_threads = True
-        self.host, self.port = self._server.server_address[:2]
+        self.rejected = 0  # bad signatures, stale or replayed requests, oversized lines
+        self.refused = 0  # connections over MAX_CONNECTIONS
+        self.replays = ReplayGuard()
+        family, bind_to = parse_address(address)
+        self._server = _make_server(self, family, bind_to, handler)
+        if family == socket.AF_UNIX:
+            os.chmod(bind_to, 0o600)
+            self.address = f"unix:{bind_to}"
+        else:
+            host, port = self._server.server_address[:2]
+            self.address = f"tcp:{host}:{port}"
         self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
 
     def start(self) -> ControlServer:
@@ -80,18 +130,84 @@ class ControlServer:
     def stop(self) -> None:
         self._server.shutdown()
         self._server.server_close()
+        family, path = parse_address(self.address)
+        if family == socket.AF_UNIX:
+            try:
+                os.unlink(path)
+            except OSError:
+                pass
+
+    def answer(self, line: bytes, handler: Handler) -> dict[str, Any]:
+        """The reply to one request line."""
+        body = verify(self.secret, line)
+        if body is None or not self.replays.first_time(line):
+            self.rejected += 1
+            return {"ok": False, "error": "bad signature"}
+        try:
+            return {"ok": True, **handler(body)}
+        except Exception as exc:  # report, keep serving
+            log.warning("control request %s failed: %s", body.get("op"), exc)
+            return {"ok": False, "error": str(exc)}
+
+
+def _make_server(
+    outer: ControlServer, family: int, address: Any, handler: Handler
+) -> socketserver.BaseServer:
+    class RequestHandler(socketserver.StreamRequestHandler):
+        timeout = READ_TIMEOUT_SECONDS
+
+        def handle(self) -> None:
+            while True:
+                try:
+                    line = self.rfile.readline(MAX_LINE_BYTES + 1)
+                except OSError:  # the read timed out or the peer went away
+                    return
+                if not line:
+                    return
+                if len(line) > MAX_LINE_BYTES or not line.endswith(b"\n"):
+                    outer.rejected += 1
+                    self.wfile.write(b'{"ok": false, "error": "request too long"}\n')
+                    return
+                reply = outer.answer(line, handler)
+                self.wfile.write(json.dumps(reply).encode() + b"\n")
+
+    base = socketserver.UnixStreamServer if family == socket.AF_UNIX else socketserver.TCPServer
+
+    class Server(socketserver.ThreadingMixIn, base):  # type: ignore[valid-type,misc]
+        daemon_threads = True
+        allow_reuse_address = True
+        slots = threading.BoundedSemaphore(MAX_CONNECTIONS)
+
+        def process_request(self, request: Any, client_address: Any) -> None:
+            if not self.slots.acquire(blocking=False):
+                outer.refused += 1
+                self.shutdown_request(request)
+                return
+            super().process_request(request, client_address)
+
+        def process_request_thread(self, request: Any, client_address: Any) -> None:
+            try:
+                super().process_request_thread(request, client_address)
+            finally:
+                self.slots.release()
+
+    return Server(address, RequestHandler)
 
 
 def request(
-    host: str, port: int, secret: str, body: dict[str, Any], timeout: float = 5.0
+    address: str, secret: str, body: dict[str, Any], timeout: float = 5.0
 ) -> dict[str, Any]:
     """Send one signed request and return the reply; raises OSError when unreachable."""
-    with socket.create_connection((host, port), timeout=timeout) as sock:
+    family, target = parse_address(address)
+    with socket.socket(family, socket.SOCK_STREAM) as sock:
+        sock.settimeout(timeout)
+        sock.connect(target)
         sock.sendall(encode(secret, body))
         data = b""
-        while not data.endswith(b"\n"):
+        while not data.endswith(b"\n") and len(data) <= MAX_LINE_BYTES * 16:
             chunk = sock.recv(65536)
             if not chunk:
                 break
             data += chunk
-    return json.loads(data) if data else {"ok": False, "error": "no reply"}
+    reply = _parse(data)
+    return reply if reply is not None else {"ok": False, "error": "no reply"}

@@ -102,8 +102,11 @@ def steps(
     out = out or sys.stdout
     tail = LogTail(job.dir, from_start=from_start) if stream else None
     deadline = Deadline(timeout)
+    warned = 0
     while True:
         status = job.status()
+        _print([f"Warning: {w}" for w in status.warnings[warned:]], sys.stderr)
+        warned = len(status.warnings)
         if tail is not None:
             _print(tail.read(), out)
         if view is not None:

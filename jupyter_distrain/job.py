@@ -9,15 +9,13 @@ job's output in a cell is :mod:`jupyter_distrain.follow`.
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-import psutil
-
 from . import control
 from .contract import ProcessId
+from .plugins import LAUNCHERS, load_plugin
 from .spec import JobSpec
 from .store import JobDir, JobStatus, find_job_dir, list_job_dirs
 from .timing import poll_until
@@ -48,13 +46,6 @@ class JobInterrupted(Exception):
 
     def _render_traceback_(self) -> list[str]:
         return [f"KeyboardInterrupt: job {self.job_id} {self.state}"]
-
-
-def _alive(pid: int) -> bool:
-    try:
-        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
-    except psutil.NoSuchProcess:
-        return False
 
 
 def outcome(job_id: str, status: JobStatus) -> str:
@@ -95,14 +86,12 @@ class Job:
 
     # --- state -------------------------------------------------------------
     def status(self) -> JobStatus:
-        """The job's state.json, corrected to ``failed`` when its supervisor has vanished
-        without writing a final state. Reads state.json and the control file once each."""
+        """The job's state.json, corrected to ``failed`` (its live rows ``lost``) when its
+        supervisor has vanished without writing a final state. Liveness is the
+        supervisor's lock on the job directory: exact, whatever happened to its pid."""
         status = self.dir.read_state()
-        if status.done:
-            return status
-        ctl = self.dir.read_control()
-        if ctl is not None and not _alive(ctl["pid"]):  # started, died without an end
-            return dataclasses.replace(status, state="failed", error="the supervisor died")
+        if not status.done and self.dir.supervisor_alive() is False:
+            return status.lost("the supervisor died")  # died without writing an end
         return status
 
     @property
@@ -114,16 +103,18 @@ class Job:
         return self.status().done
 
     def pids(self) -> list[int]:
-        """Every pid the job has had: its processes, helpers, and the supervisor (last)."""
+        """Every pid the job has had: its processes, helpers, the supervisor's warden and
+        the supervisor (last)."""
         ctl = self.dir.read_control()
-        return self.dir.read_state().pids() + ([ctl["pid"]] if ctl else [])
+        own = [ctl.warden_pid, ctl.pid] if ctl is not None else []
+        return self.dir.read_state().pids() + [pid for pid in own if pid]
 
     # --- control -----------------------------------------------------------
     def _request(self, op: str, **body: Any) -> dict[str, Any]:
         ctl = self.dir.read_control()
         if ctl is None:
             raise RuntimeError(f"job {self.id} has no supervisor yet")
-        return control.request(ctl["host"], ctl["port"], ctl["secret"], {"op": op, **body})
+        return control.request(ctl.address, ctl.secret, {"op": op, **body})
 
     def _tell(self, op: str, **body: Any) -> None:
         """Send a request that may find the job ended or not up yet: status() tells."""
@@ -135,9 +126,12 @@ class Job:
         """Stop every process of the job (SIGTERM, then SIGKILL after the grace period);
         with ``wait``, until the job has ended. Returns the job's state."""
         self._tell("stop", reason="user")
+        status = self.status()
+        if self.dir.supervisor_alive() is False:  # nobody else will: stop what it recorded
+            load_plugin(LAUNCHERS, self.spec.launcher).stop_lost(status)
         if wait:
             return self._final_status(self.spec.grace + 10).state
-        return self.state
+        return status.state
 
     def scale(self, workers: int) -> None:
         """Restart the job with ``workers`` workers, resuming from a checkpoint.
@@ -195,5 +189,5 @@ class Job:
 
     def result(self) -> Any:
         """The value rank 0 bound to ``result`` (jobs started with ``--out``)."""
-        stored = self.dir.read_result()
+        stored = self.dir.check_private().read_result()
         return None if stored is None else stored["value"]

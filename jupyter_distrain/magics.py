@@ -101,6 +101,12 @@ class DistributedMagics(Magics):
         help="bind rank 0's `result` to this notebook variable",
     )
     @argument(
+        "--hang-timeout",
+        type=float,
+        default=120.0,
+        help="fail the job when a running process is unheard this many seconds (0: never)",
+    )
+    @argument(
         "--batch-size",
         type=int,
         default=None,
@@ -156,6 +162,7 @@ class DistributedMagics(Magics):
                 push=parse_names(args.push),
                 out=args.out,
                 batch_size=args.batch_size,
+                hang_timeout=args.hang_timeout,
             ).validate()
             self._warn_undefined(spec)
             job = api.submit(spec, self.shell.user_ns)

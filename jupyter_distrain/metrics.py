@@ -17,11 +17,13 @@ A record names its process with ``role`` and ``index`` (see ``contract``):
 from __future__ import annotations
 
 import atexit
+import contextlib
 import hashlib
 import hmac
 import json
 import logging
 import os
+import secrets
 import threading
 import time
 from collections.abc import Callable
@@ -39,8 +41,19 @@ HEARTBEAT_SECONDS = 1.0
 BATCH_RECORDS = 512  # flush early past this many records
 
 
-def signature(secret: bytes, payload: bytes) -> bytes:
-    return hmac.new(secret, payload, hashlib.sha256).hexdigest().encode()
+MAX_MESSAGE_BYTES = 4 * 2**20  # a batch of BATCH_RECORDS records is ~100 KB
+MAX_SENDERS = 10_000
+
+
+def signature(secret: bytes, header: bytes, payload: bytes) -> bytes:
+    return hmac.new(secret, header + b"\n" + payload, hashlib.sha256).hexdigest().encode()
+
+
+def seal(secret: bytes, sender: str, seq: int, payload: bytes) -> list[bytes]:
+    """The frames of one batch: ``[header, payload, signature]``. The header names the
+    sender and numbers its batches, so a batch sent again is refused."""
+    header = json.dumps({"sender": sender, "seq": seq}, separators=(",", ":")).encode()
+    return [header, payload, signature(secret, header, payload)]
 
 
 class Collector:
@@ -51,19 +64,30 @@ class Collector:
         secret: str,
         path: Path,
         on_record: Callable[[dict[str, Any]], None],
-        host: str = "127.0.0.1",
+        endpoint: str = "tcp://127.0.0.1",
+        on_write_error: Callable[[OSError], None] = lambda exc: None,
     ):
+        """``endpoint``: ``ipc:///path`` (a local job), or ``tcp://host`` to bind a
+        random port on that interface."""
         self.secret = secret.encode()
         self.path = path
         self.on_record = on_record
         self.accepted = 0  # batches
         self.records = 0
-        self.rejected = 0
+        self.rejected = 0  # forged, unsigned, malformed or replayed batches
+        self.lost = 0  # records received but not stored (the disk was full)
+        self.on_write_error = on_write_error
+        self._last_seq: dict[str, int] = {}
         self._ctx = zmq.Context.instance()
         self._sock = self._ctx.socket(zmq.PULL)
         self._sock.setsockopt(zmq.LINGER, 0)
-        port = self._sock.bind_to_random_port(f"tcp://{host}")
-        self.address = f"tcp://{host}:{port}"
+        self._sock.setsockopt(zmq.MAXMSGSIZE, MAX_MESSAGE_BYTES)
+        if endpoint.startswith("tcp://") and endpoint.count(":") == 1:
+            port = self._sock.bind_to_random_port(endpoint)
+            self.address = f"{endpoint}:{port}"
+        else:
+            self._sock.bind(endpoint)
+            self.address = endpoint
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="metrics", daemon=True)
 
@@ -78,10 +102,9 @@ class Collector:
             while not self._stop.is_set():
                 if poller.poll(100):
                     self._receive_waiting(out)
-                else:
-                    out.flush()
             self._receive_waiting(out)
-            out.flush()
+            with contextlib.suppress(OSError):  # what a full disk refused is counted lost
+                out.flush()
 
     def _receive_waiting(self, out: Any) -> None:
         """Store every message already queued on the socket."""
@@ -92,25 +115,49 @@ class Collector:
                 return
             self._accept(frames, out)
 
+    def _fresh(self, frames: list[bytes]) -> bool:
+        """A correctly signed batch its sender has not sent before."""
+        if len(frames) != 3:
+            return False
+        header, payload, sig = frames
+        if not hmac.compare_digest(signature(self.secret, header, payload), sig):
+            return False
+        try:
+            sender, seq = json.loads(header)["sender"], json.loads(header)["seq"]
+        except (ValueError, KeyError, TypeError, RecursionError):
+            return False
+        if not isinstance(seq, int) or seq <= self._last_seq.get(sender, -1):
+            return False
+        if sender not in self._last_seq and len(self._last_seq) >= MAX_SENDERS:
+            return False
+        self._last_seq[sender] = seq
+        return True
+
     def _accept(self, frames: list[bytes], out: Any) -> None:
-        if len(frames) != 2 or not hmac.compare_digest(
-            signature(self.secret, frames[0]), frames[1]
-        ):
+        if not self._fresh(frames):
             self.rejected += 1
             return
-        payload = frames[0]
+        payload = frames[1]
         if not payload.endswith(b"\n"):
             payload += b"\n"
-        out.write(payload)
-        self.accepted += 1
         lines = payload.rstrip(b"\n").split(b"\n")
+        try:
+            out.write(payload)
+            out.flush()
+        except OSError as exc:
+            self.lost += len(lines)
+            self.on_write_error(exc)
+            return
+        self.accepted += 1
         self.records += len(lines)
         # the live view wants the latest step; epoch summaries and heartbeats may follow it
         latest = None
         for line in reversed(lines):
             try:
                 record = json.loads(line)
-            except ValueError:
+            except (ValueError, RecursionError):
+                continue
+            if not isinstance(record, dict):
                 continue
             latest = latest or record
             if "step" in record:
@@ -133,6 +180,9 @@ class Reporter:
     def __init__(self, address: str, secret: str, identity: dict[str, Any]):
         self.secret = secret.encode()
         self.identity = identity
+        self.sender = secrets.token_hex(8)
+        self.seq = 0
+        self.dropped = 0  # records that could not be encoded
         self._buffer: list[bytes] = []
         self._lock = threading.Lock()
         self._ctx = zmq.Context()
@@ -148,7 +198,15 @@ class Reporter:
         atexit.register(self.close)
 
     def report(self, record: dict[str, Any]) -> None:
-        line = json.dumps({**self.identity, **record}, separators=(",", ":")).encode()
+        """Queue one record; the process's identity always wins over the record's own
+        ``role``/``index``. Never raises: a record that cannot be encoded is counted."""
+        try:
+            line = json.dumps(
+                {**record, **self.identity}, separators=(",", ":"), default=_plain
+            ).encode()
+        except (TypeError, ValueError, RecursionError):
+            self.dropped += 1
+            return
         with self._lock:
             self._buffer.append(line)
             full = len(self._buffer) >= BATCH_RECORDS
@@ -162,7 +220,8 @@ class Reporter:
             return
         payload = b"\n".join(lines) + b"\n"
         with self._lock:  # zmq sockets are not thread-safe
-            self._sock.send_multipart([payload, signature(self.secret, payload)])
+            self.seq += 1
+            self._sock.send_multipart(seal(self.secret, self.sender, self.seq, payload))
         self._last_sent = time.monotonic()
 
     def _run(self) -> None:
@@ -187,6 +246,21 @@ class Reporter:
         finally:
             self._sock.close()
             self._ctx.term()
+
+
+def _plain(value: Any) -> Any:
+    """JSON for what ``json`` cannot encode: numpy scalars and 0-d arrays (``.item()``),
+    else a float when the value is a number, else its text."""
+    item = getattr(value, "item", None)
+    if callable(item):
+        try:
+            return item()
+        except (TypeError, ValueError):
+            pass
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        return str(value)
 
 
 _reporter: Reporter | None = None

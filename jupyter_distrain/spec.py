@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
 import re
 from dataclasses import dataclass, field
@@ -18,6 +19,10 @@ _ENV_KEY_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _IDENTIFIER_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 CONTROLLERS = ("gloo", "mpi")
+MAX_SECONDS = 7 * 24 * 3600.0  # --timeout, --hang-timeout
+MAX_GRACE = 3600.0
+MAX_CPU = 4096.0
+MAX_GIB = 65536.0
 
 
 @dataclass
@@ -42,6 +47,7 @@ class JobSpec:
     python: str = ""  # interpreter for workers; "" means the supervisor's own
     script: str | None = None  # run this file (resolved on the worker) instead of train.py
     batch_size: int | None = None  # images per step, where Keras cannot tell
+    hang_timeout: float = 120.0  # seconds a running process may go unheard; 0 turns it off
 
     def validate(self) -> JobSpec:
         """Check every field; raise :class:`SpecError` naming the first bad one."""
@@ -59,16 +65,13 @@ class JobSpec:
             raise SpecError(
                 f"--controller must be one of {', '.join(CONTROLLERS)}, got {self.controller!r}"
             )
-        if self.cpu is not None and not self.cpu > 0:
-            raise SpecError(f"--cpu must be a number > 0, got {self.cpu!r}")
-        if self.memory is not None and not self.memory > 0:
-            raise SpecError(f"--memory must be a number of GiB > 0, got {self.memory!r}")
+        _number("--cpu", self.cpu, "a number of cores > 0", low=0, high=MAX_CPU, optional=True)
+        _number("--memory", self.memory, "a number of GiB > 0", low=0, high=MAX_GIB, optional=True)
         if self.batch_size is not None and self.batch_size < 1:
             raise SpecError(f"--batch-size must be >= 1, got {self.batch_size!r}")
-        if not self.timeout > 0:
-            raise SpecError(f"--timeout must be > 0 seconds, got {self.timeout!r}")
-        if not self.grace >= 0:
-            raise SpecError(f"--grace must be >= 0 seconds, got {self.grace!r}")
+        _number("--timeout", self.timeout, "a number of seconds > 0", low=0, high=MAX_SECONDS)
+        _number("--grace", self.grace, "a number of seconds >= 0", low=None, high=MAX_GRACE)
+        _number("--hang-timeout", self.hang_timeout, "seconds >= 0", low=None, high=MAX_SECONDS)
         if not _NAME_RE.match(self.name):
             raise SpecError(
                 f"--name must be 1-40 letters, digits, '_', '.' or '-', got {self.name!r}"
@@ -88,6 +91,28 @@ class JobSpec:
     def from_dict(cls, data: dict[str, Any]) -> JobSpec:
         known = {f.name for f in dataclasses.fields(cls)}
         return cls(**{k: v for k, v in data.items() if k in known})
+
+
+def _number(
+    flag: str,
+    value: float | None,
+    what: str,
+    low: float | None,
+    high: float,
+    optional: bool = False,
+) -> None:
+    """A finite number in (low, high] (or [0, high] when ``low`` is None)."""
+    if value is None and optional:
+        return
+    ok = (
+        isinstance(value, int | float)
+        and not isinstance(value, bool)
+        and math.isfinite(value)
+        and (value > low if low is not None else value >= 0)
+        and value <= high
+    )
+    if not ok:
+        raise SpecError(f"{flag} must be {what} and at most {high:g}, got {value!r}")
 
 
 def parse_env_pairs(pairs: list[str]) -> dict[str, str]:

@@ -17,10 +17,15 @@ Layout (mode 0700)::
 from __future__ import annotations
 
 import dataclasses
+import errno
+import fcntl
 import json
 import os
+import re
 import secrets
+import stat
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -31,6 +36,10 @@ from .spec import JobSpec
 JOB_STATES = ("pending", "launching", "running", "succeeded", "failed", "stopped")
 FINAL_STATES = frozenset({"succeeded", "failed", "stopped"})
 LIVE_PROCESS_STATES = frozenset({"pending", "starting", "running"})
+# a row whose process was running when its supervisor was lost: "lost" until someone
+# stops it, then "killed"
+MAX_SOCKET_PATH = 100  # sun_path holds 108 bytes
+RESERVE_BYTES = 256 * 1024
 
 
 def _known_fields(cls: type, data: dict[str, Any]) -> dict[str, Any]:
@@ -53,6 +62,7 @@ class ProcessRecord:
     started: float | None = None
     ended: float | None = None
     log: str = ""
+    create_time: float | None = None  # the OS's start time of ``pid``: with it, a pid is exact
     stopped: bool = False  # ended on request (stop_workers), not by failing
     generation: int = 0  # how many times the job was restarted (scaled) before this process
     hosts: list[str] = field(default_factory=list)  # a helper (mpirun): the processes it starts
@@ -106,6 +116,7 @@ class JobStatus:
     helpers: list[ProcessRecord] = field(default_factory=list)
     metrics_records: int = 0
     metrics_rejected: int = 0
+    warnings: list[str] = field(default_factory=list)  # said once in the cell
     backend_info: dict[str, Any] = field(default_factory=dict)  # e.g. the TF cluster
 
     @property
@@ -114,6 +125,18 @@ class JobStatus:
 
     def process(self, pid: ProcessId) -> ProcessRecord | None:
         return next((p for p in self.processes if p.id == pid), None)
+
+    def lost(self, error: str, row_state: str = "lost") -> JobStatus:
+        """This status as it must read once the supervisor is gone without an end: failed
+        with ``error``, every row still live marked ``row_state``."""
+        rows = [
+            dataclasses.replace(p, state=row_state) if p.live else p
+            for p in [*self.processes, *self.helpers]
+        ]
+        n = len(self.processes)
+        return dataclasses.replace(
+            self, state="failed", error=error, processes=rows[:n], helpers=rows[n:]
+        )
 
     def pids(self) -> list[int]:
         """Every process id recorded: members and helpers (not the supervisor)."""
@@ -130,22 +153,59 @@ class JobStatus:
         return status
 
 
-def jobs_root() -> Path:
-    """Where job directories live: ``$JUPYTER_DISTRAIN_ROOT`` or Jupyter's data dir."""
+class UnsafeJobDirectory(PermissionError):
+    """A jobs root or job directory that others could have written: not trusted."""
+
+
+JOB_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,79}$")
+
+
+def check_private(path: Path, what: str) -> None:
+    """Refuse a directory that is a symlink, not ours, or writable by others (0700 for
+    job directories: what is in them is run and unpickled)."""
+    try:
+        info = path.lstat()
+    except FileNotFoundError:
+        raise UnsafeJobDirectory(f"{what} {path} does not exist") from None
+    if stat.S_ISLNK(info.st_mode) or not stat.S_ISDIR(info.st_mode):
+        raise UnsafeJobDirectory(f"{what} {path} is not a directory (a symlink?): refusing it")
+    if info.st_uid != os.getuid():
+        raise UnsafeJobDirectory(
+            f"{what} {path} belongs to uid {info.st_uid}, not to this user: refusing it"
+        )
+    if info.st_mode & 0o022:
+        raise UnsafeJobDirectory(
+            f"{what} {path} is writable by others (mode {info.st_mode & 0o777:o}): refusing it"
+        )
+
+
+def jobs_root(create: bool = False) -> Path:
+    """Where job directories live: ``$JUPYTER_DISTRAIN_ROOT`` or Jupyter's data dir.
+    It must be this user's own directory, writable by nobody else."""
     env = os.environ.get(Env.ROOT)
     if env:
-        return Path(env)
-    from jupyter_core.paths import jupyter_data_dir
+        root = Path(env)
+    else:
+        from jupyter_core.paths import jupyter_data_dir
 
-    return Path(jupyter_data_dir()) / "distrain" / "jobs"
+        root = Path(jupyter_data_dir()) / "distrain" / "jobs"
+    if create:
+        root.mkdir(parents=True, exist_ok=True, mode=0o700)
+    if root.exists() or root.is_symlink():
+        check_private(root, "the jobs root")
+    return root
 
 
 def _write_atomic(path: Path, data: str | bytes, mode: int = 0o600) -> None:
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
-    with os.fdopen(fd, "wb") as f:
-        f.write(data.encode() if isinstance(data, str) else data)
-    os.replace(tmp, path)
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, mode)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data.encode() if isinstance(data, str) else data)
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
 
 
 class JobDir:
@@ -153,6 +213,8 @@ class JobDir:
 
     def __init__(self, path: str | os.PathLike[str]):
         self.path = Path(path)
+        self.disk_full: str | None = None  # set when a write found the disk full
+        self.tolerate_full_disk = False  # the supervisor's: drop writes rather than crash
 
     @property
     def id(self) -> str:
@@ -166,6 +228,8 @@ class JobDir:
     state_file = property(lambda self: self.path / "state.json")
     events_file = property(lambda self: self.path / "events.jsonl")
     control_file = property(lambda self: self.path / "control")
+    lock_file = property(lambda self: self.path / "lock")
+    reserve_file = property(lambda self: self.path / ".reserve")
     logs_dir = property(lambda self: self.path / "logs")
     checkpoints_dir = property(lambda self: self.path / "checkpoints")
     supervisor_log = property(lambda self: self.path / "logs" / "supervisor.log")
@@ -193,8 +257,7 @@ class JobDir:
     @classmethod
     def create(cls, spec: JobSpec, root: Path | None = None) -> JobDir:
         """Make a new, private job directory holding the spec and ``train.py``."""
-        root = root or jobs_root()
-        root.mkdir(parents=True, exist_ok=True, mode=0o700)
+        root = root or jobs_root(create=True)
         while True:
             job_id = f"{spec.name}-{secrets.token_hex(3)}"
             try:
@@ -203,13 +266,20 @@ class JobDir:
             except FileExistsError:
                 continue
         job = cls(root / job_id)
-        os.chmod(job.path, 0o700)  # mkdir's mode is masked by the umask
+        os.chmod(job.path, 0o700, follow_symlinks=False)  # mkdir's mode is masked by the umask
         job.logs_dir.mkdir(mode=0o700)
         job.checkpoints_dir.mkdir(mode=0o700)
         job.write_spec(spec)
         _write_atomic(job.train_file, spec.code)
         job.write_state(JobStatus(created=time.time()))
         return job
+
+    def check_private(self) -> JobDir:
+        """Raise :class:`UnsafeJobDirectory` unless the directory is this user's, 0700."""
+        check_private(self.path, "the job directory")
+        if self.path.stat().st_mode & 0o077:
+            raise UnsafeJobDirectory(f"the job directory {self.path} is not private (0700)")
+        return self
 
     # --- spec / state ----------------------------------------------------
     def read_spec(self) -> JobSpec:
@@ -219,13 +289,18 @@ class JobDir:
         _write_atomic(self.spec_file, json.dumps(spec.to_dict(), indent=2))
 
     def read_state(self) -> JobStatus:
+        """state.json; a missing one is ``pending``, an unreadable one ``unknown`` (with
+        the reason as its error), so one bad file never breaks a listing."""
         try:
             return JobStatus.from_dict(json.loads(self.state_file.read_text()))
         except FileNotFoundError:
             return JobStatus()
+        except (ValueError, TypeError, AttributeError, RecursionError, OSError) as exc:
+            return JobStatus(state="unknown", error=f"state.json is unreadable: {exc}")
 
     def write_state(self, status: JobStatus) -> None:
-        _write_atomic(self.state_file, json.dumps(status.to_dict(), indent=2))
+        text = json.dumps(status.to_dict(), indent=2)
+        self._write(lambda: _write_atomic(self.state_file, text))
 
     # --- what travels between the notebook and the workers --------------------
     def write_pushed(self, data: bytes) -> None:
@@ -257,8 +332,35 @@ class JobDir:
     # --- events ----------------------------------------------------------
     def append_event(self, kind: str, **fields: Any) -> None:
         record = {"time": time.time(), "event": kind, **fields}
-        with open(self.events_file, "a") as f:
-            f.write(json.dumps(record) + "\n")
+
+        def write() -> None:
+            with open(self.events_file, "a") as f:
+                f.write(json.dumps(record) + "\n")
+
+        self._write(write)
+
+    # --- a full disk -------------------------------------------------------
+    def keep_reserve(self) -> None:
+        """Set some space aside (the supervisor does, at start): when the disk fills up,
+        it is given back so the job's last state and events can still be written."""
+        self.tolerate_full_disk = True
+        with open(self.reserve_file, "wb") as f:
+            f.write(b"\0" * RESERVE_BYTES)
+
+    def _write(self, write: Callable[[], None]) -> None:
+        try:
+            write()
+            return
+        except OSError as exc:
+            if exc.errno != errno.ENOSPC:
+                raise
+            self.disk_full = f"no space left on the device holding {self.path}"
+            if self.reserve_file.exists():
+                self.reserve_file.unlink()
+                write()
+                return
+            if not self.tolerate_full_disk:
+                raise
 
     def read_events(self) -> list[dict[str, Any]]:
         try:
@@ -268,17 +370,65 @@ class JobDir:
         return [json.loads(line) for line in lines if line.strip()]
 
     # --- control ---------------------------------------------------------
-    def write_control(self, host: str, port: int, secret: str, pid: int) -> None:
-        _write_atomic(
-            self.control_file,
-            json.dumps({"host": host, "port": port, "secret": secret, "pid": pid}),
-        )
+    def write_control(self, control: ControlInfo) -> None:
+        _write_atomic(self.control_file, json.dumps(dataclasses.asdict(control)))
 
-    def read_control(self) -> dict[str, Any] | None:
+    def read_control(self) -> ControlInfo | None:
         try:
-            return json.loads(self.control_file.read_text())
-        except (FileNotFoundError, json.JSONDecodeError):
+            return ControlInfo(
+                **_known_fields(ControlInfo, json.loads(self.control_file.read_text()))
+            )
+        except (FileNotFoundError, ValueError, TypeError):
             return None
+
+    def socket_path(self, name: str) -> Path:
+        """Where the supervisor's Unix socket ``name`` lives: in the job directory, or
+        (a socket path must be short) in a private per-user runtime directory."""
+        path = self.path / f"{name}.sock"
+        if len(str(path)) <= MAX_SOCKET_PATH:
+            return path
+        runtime = (
+            Path(os.environ.get("XDG_RUNTIME_DIR") or "/tmp") / f"jupyter-distrain-{os.getuid()}"
+        )
+        runtime.mkdir(mode=0o700, exist_ok=True)
+        info = runtime.lstat()
+        if info.st_uid != os.getuid() or info.st_mode & 0o077 or not stat.S_ISDIR(info.st_mode):
+            raise PermissionError(f"{runtime} is not a private directory of this user")
+        return runtime / f"{self.id}-{name}.sock"
+
+    # --- liveness --------------------------------------------------------
+    def hold_lock(self) -> int:
+        """Create and lock the job's lock file; returns the descriptor that holds it.
+        Whoever holds it is the job's supervisor: the lock is released when it dies."""
+        fd = os.open(self.lock_file, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        return fd
+
+    def supervisor_alive(self) -> bool | None:
+        """Whether the job's supervisor is alive (it holds the lock); None when the job
+        never had one. Exact: no pid is compared, so pid reuse and reboots cannot fool it."""
+        try:
+            fd = os.open(self.lock_file, os.O_RDONLY | os.O_NOFOLLOW)
+        except FileNotFoundError:
+            return None
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return True
+        finally:
+            os.close(fd)
+        return False
+
+
+@dataclass
+class ControlInfo:
+    """The control file: how to reach the job's supervisor (0600: it holds the secret)."""
+
+    address: str  # unix:/path or tcp:host:port
+    metrics: str  # the ZeroMQ endpoint workers send metrics to
+    secret: str
+    pid: int  # the supervisor
+    warden_pid: int | None = None  # its parent, which cleans up if the supervisor dies
 
 
 def list_job_dirs(root: Path | None = None) -> list[JobDir]:
@@ -286,15 +436,25 @@ def list_job_dirs(root: Path | None = None) -> list[JobDir]:
     root = root or jobs_root()
     if not root.is_dir():
         return []
-    dirs = [JobDir(p) for p in root.iterdir() if (p / "spec.json").exists()]
+    dirs = [JobDir(p) for p in root.iterdir() if _is_private_job(p)]
     return sorted(dirs, key=lambda d: d.spec_file.stat().st_mtime)
+
+
+def _is_private_job(path: Path) -> bool:
+    try:
+        JobDir(path).check_private()
+    except (UnsafeJobDirectory, OSError):
+        return False
+    return (path / "spec.json").exists()
 
 
 def find_job_dir(job_id: str, root: Path | None = None) -> JobDir:
     """Resolve a job id (or a unique prefix of one) to its directory."""
+    if not JOB_ID_RE.match(job_id):
+        raise KeyError(f"not a job id: {job_id!r}")
     root = root or jobs_root()
     exact = root / job_id
-    if (exact / "spec.json").exists():
+    if _is_private_job(exact):
         return JobDir(exact)
     matches = [d for d in list_job_dirs(root) if d.id.startswith(job_id)]
     if len(matches) == 1:

@@ -149,7 +149,7 @@ def test_line_commands_list_status_logs_stop(kernel, jobs_root):
     assert out.stdout.strip() == "hello from 1"
     out = kernel.execute(f"%distributed stop {job.id}")
     assert f"Job {job.id} stopped." in out.stdout
-    assert not any(running(p) for p in job_pids(job)[:-1])
+    assert not any(running(p) for p in job_pids(job)[:-2])  # not the warden and supervisor
     out = kernel.execute("%distributed status nosuchjob")
     assert out.error["ename"] == "UsageError" and "nosuchjob" in out.error["evalue"]
 

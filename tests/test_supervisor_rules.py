@@ -101,6 +101,13 @@ class Harness:
         worker = WorkerCommand(["python", "-m", "jupyter_distrain.worker"], {Env.BACKEND: "x"})
         self.sup = Supervisor(self.job, self.inbox, worker, plugins=plugins)
         self.sup.launch()
+        self.start_all()
+
+    def start_all(self) -> None:
+        """The loop starts one planned process per turn; here, all at once."""
+        while self.sup.gen.launching:
+            self.sup.start_next()
+        self.sup.save()
 
     @property
     def procs(self) -> dict[ProcessId, FakeProcess]:
@@ -224,15 +231,43 @@ def test_scaling_asks_for_a_checkpoint_and_restarts_at_the_new_size(harness):
     assert h.state.scaling_to == 3
     assert all(p.signals == [signal.SIGUSR1] for p in old.values())
     h.exit(W0, CHECKPOINT_EXIT)
+    # rank 1 may still be writing: nobody is stopped until every rank has checkpointed
+    assert h.state.state == "running" and old[W1].signals == [signal.SIGUSR1]
+    h.exit(W1, CHECKPOINT_EXIT)
+    h.start_all()
     status = h.state
     assert status.state == "launching" and status.generation == 1 and status.workers == 3
     assert [p.id for p in status.processes] == [W0, W1, W2] and status.scaling_to is None
-    assert h.job.read_spec().workers == 3 and old[W1].code == -signal.SIGTERM
-    assert h.events("restart")[0]["previous"][0]["exit_code"] == CHECKPOINT_EXIT
-    h.send(ev.Exited(W1, old[W1], -signal.SIGTERM))  # a late exit of the old generation
+    assert h.job.read_spec().workers == 3
+    assert h.events("restart")[0]["previous"][1]["exit_code"] == CHECKPOINT_EXIT
+    h.send(ev.Exited(W1, old[W1], CHECKPOINT_EXIT))  # a late exit of the old generation
     assert h.state.state == "launching"
     h.up()
     assert h.state.state == "running"
+
+
+def test_a_rank_failing_while_the_others_checkpoint_fails_the_job_instead_of_restarting(harness):
+    h = harness(backend="tf")
+    h.up()
+    h.ask(ev.ScaleRequested(3))
+    h.exit(W1, CHECKPOINT_EXIT)
+    h.exit(W0, 1)
+    status = h.state
+    assert status.state == "failed" and status.generation == 0
+    assert status.error.startswith("rank 0 ended with exit code 1 while the job checkpointed")
+
+
+def test_a_rank_that_never_checkpoints_is_stopped_after_the_drain(harness):
+    h = harness(backend="tf")
+    h.up()
+    h.ask(ev.ScaleRequested(3))
+    h.exit(W0, CHECKPOINT_EXIT)
+    stuck = h.procs[W1]
+    h.sup.scaling.drain.at = 0
+    h.tick()
+    h.start_all()
+    assert stuck.code == -signal.SIGTERM and h.events("drain_timeout")
+    assert h.state.generation == 1 and h.state.workers == 3
 
 
 def test_a_scale_the_workers_never_answer_is_dropped(harness):

@@ -7,7 +7,6 @@ import json
 import pytest
 from IPython.core.interactiveshell import InteractiveShell
 
-from jupyter_distrain import control
 from jupyter_distrain.cellcheck import check_syntax, undefined_names
 from jupyter_distrain.spec import JobSpec, SpecError, parse_env_pairs, parse_names
 from jupyter_distrain.store import JobDir
@@ -60,29 +59,6 @@ def test_undefined_names_ignore_everything_the_cell_binds():
     )
     assert undefined_names(code) == ["data", "model", "outer"]
     assert undefined_names("from x import *\nprint(anything)") == []
-
-
-def test_control_messages_are_signed_and_forgeries_rejected():
-    line = control.encode("secret", {"op": "stop"})
-    assert control.verify("secret", line) == {"op": "stop"}
-    assert control.verify("other-secret", line) is None
-    forged = json.loads(line)
-    forged["body"]["op"] = "status"
-    assert control.verify("secret", json.dumps(forged).encode()) is None
-    assert control.verify("secret", b"not json") is None
-
-
-def test_control_server_answers_signed_requests_only():
-    server = control.ControlServer("s3cret", lambda body: {"echo": body["op"]}).start()
-    try:
-        assert control.request(server.host, server.port, "s3cret", {"op": "ping"}) == {
-            "ok": True,
-            "echo": "ping",
-        }
-        reply = control.request(server.host, server.port, "wrong", {"op": "ping"})
-        assert reply == {"ok": False, "error": "bad signature"} and server.rejected == 1
-    finally:
-        server.stop()
 
 
 def test_help_lists_every_flag():

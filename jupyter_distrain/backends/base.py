@@ -76,6 +76,7 @@ class Plan:
     processes: list[ProcessSpec]
     services: Services = field(default_factory=Services)
     info: dict[str, object] = field(default_factory=dict)  # for state.json (the TF cluster)
+    ports: dict[str, list[int]] = field(default_factory=dict)  # what listens, for warnings
 
 
 @dataclass

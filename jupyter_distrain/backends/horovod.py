@@ -47,13 +47,30 @@ def gloo_rank_env(slot: Slot, info: Any, address: str, port: int) -> dict[str, s
     }
 
 
+def bound_rendezvous(address: str) -> Any:
+    """Horovod's RendezvousServer, listening on ``address`` only (Horovod's own binds
+    every interface, and its elastic handler unpickles what it is sent)."""
+    from horovod.runner.http.http_server import (
+        RendezvousHandler,
+        RendezvousHTTPServer,
+        RendezvousServer,
+    )
+    from horovod.runner.util.threads import in_thread
+
+    class BoundRendezvousServer(RendezvousServer):
+        def start(self, handler_cls: Any = RendezvousHandler) -> int:
+            self._httpd = RendezvousHTTPServer((address, 0), handler_cls, self._verbose)
+            self._listen_thread = in_thread(target=self._httpd.serve_forever)
+            return self._httpd.server_address[1]
+
+    return BoundRendezvousServer(verbose=0)
+
+
 class RendezvousService(Services):
     """Horovod's rendezvous server, run in the supervisor for one Gloo job."""
 
-    def __init__(self, plan: list[Any]):
-        from horovod.runner.http.http_server import RendezvousServer
-
-        self.server = RendezvousServer(verbose=0)
+    def __init__(self, plan: list[Any], address: str):
+        self.server = bound_rendezvous(address)
         self.port = self.server.start()
         self.server.init(plan)
 
@@ -87,11 +104,12 @@ class HorovodBackend(Backend):
             from .horovod_elastic import ElasticRun
 
             run = ElasticRun(slots, address, worker, timeout=int(self.spec.timeout))
-            return Plan([], services=run)  # its driver starts the processes
+            # its driver starts the processes
+            return Plan([], services=run, ports={"Horovod rendezvous": [run.port]})
         from horovod.runner.common.util.hosts import get_host_assignments, parse_hosts
 
         assignments = get_host_assignments(parse_hosts(hosts_string(slots)), len(slots))
-        rendezvous = RendezvousService(assignments)
+        rendezvous = RendezvousService(assignments, address)
         procs = [
             worker.process(
                 ProcessId("worker", info.rank),
@@ -101,7 +119,7 @@ class HorovodBackend(Backend):
             )
             for slot, info in zip(slots, assignments, strict=True)
         ]
-        return Plan(procs, services=rendezvous)
+        return Plan(procs, services=rendezvous, ports={"Horovod rendezvous": [rendezvous.port]})
 
     def outcome(self, records: Sequence[ProcessRecord], ended: ProcessRecord) -> Outcome | None:
         if self.elastic:

@@ -19,7 +19,7 @@ from typing import Any
 from ..contract import ProcessId
 from ..launchers.base import LaunchedProcess, Slot
 from .base import JobHost, Services, WorkerCommand
-from .horovod import gloo_rank_env
+from .horovod import bound_rendezvous, gloo_rank_env
 
 log = logging.getLogger(__name__)
 
@@ -48,14 +48,13 @@ class ElasticRun(Services):
     def __init__(self, slots: list[Slot], address: str, worker: WorkerCommand, timeout: int):
         from horovod.runner.elastic.driver import ElasticDriver
         from horovod.runner.elastic.rendezvous import create_rendezvous_handler
-        from horovod.runner.http.http_server import RendezvousServer
 
         self.slots = {s.host: s for s in slots}
         counts: dict[str, int] = {}
         for slot in slots:
             counts[slot.host] = counts.get(slot.host, 0) + 1
         self.discovery = SupervisorDiscovery(counts)
-        self.rendezvous = RendezvousServer(verbose=0)
+        self.rendezvous = bound_rendezvous(address)
         self.driver = ElasticDriver(
             self.rendezvous, self.discovery, min_num_proc=1, max_num_proc=None, timeout=timeout
         )

@@ -21,7 +21,13 @@ from ..contract import Env, ProcessId
 from ..launchers.base import Launcher, Slot
 from ..store import ProcessRecord
 from .base import Backend, Outcome, Plan, WorkerCommand, failed_first
-from .tf_config import assign_roles, cluster_of, tensorflow_available, tf_config_processes
+from .tf_config import (
+    assign_roles,
+    cluster_of,
+    cluster_ports,
+    tensorflow_available,
+    tf_config_processes,
+)
 
 
 class ParameterServerBackend(Backend):
@@ -53,7 +59,8 @@ class ParameterServerBackend(Backend):
                 proc.env[Env.MODE] = "seed"
             elif proc.id.role in ("worker", "ps"):
                 proc.env[Env.MODE] = "server"
-        return Plan(procs, info={"cluster": cluster, "seed_mode": self.seed_mode})
+        info = {"cluster": cluster, "seed_mode": self.seed_mode}
+        return Plan(procs, info=info, ports=cluster_ports(cluster))
 
     def outcome(self, records: Sequence[ProcessRecord], ended: ProcessRecord) -> Outcome | None:
         if ended.role == "ps":

@@ -4,7 +4,13 @@ from __future__ import annotations
 
 from ..launchers.base import Launcher, Slot
 from .base import Backend, Plan, WorkerCommand
-from .tf_config import assign_roles, cluster_of, tensorflow_available, tf_config_processes
+from .tf_config import (
+    assign_roles,
+    cluster_of,
+    cluster_ports,
+    tensorflow_available,
+    tf_config_processes,
+)
 
 
 class TFCollectiveBackend(Backend):
@@ -17,4 +23,8 @@ class TFCollectiveBackend(Backend):
     def prepare(self, slots: list[Slot], launcher: Launcher, worker: WorkerCommand) -> Plan:
         placed = assign_roles(slots, [("worker", self.spec.workers)])
         cluster = cluster_of(placed, launcher)
-        return Plan(tf_config_processes(placed, cluster, worker), info={"cluster": cluster})
+        return Plan(
+            tf_config_processes(placed, cluster, worker),
+            info={"cluster": cluster},
+            ports=cluster_ports(cluster),
+        )

@@ -36,6 +36,12 @@ def cluster_of(
     return cluster
 
 
+def cluster_ports(cluster: dict[str, list[str]]) -> dict[str, list[int]]:
+    """The ports of a TF cluster's servers (unauthenticated gRPC, every interface)."""
+    ports = [int(a.rpartition(":")[2]) for addresses in cluster.values() for a in addresses]
+    return {"TensorFlow gRPC (unauthenticated)": ports}
+
+
 def tf_config_processes(
     placed: Sequence[tuple[ProcessId, Slot]],
     cluster: dict[str, list[str]],

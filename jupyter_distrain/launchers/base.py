@@ -20,7 +20,7 @@ from ..contract import ProcessId
 
 if TYPE_CHECKING:
     from ..spec import JobSpec
-    from ..store import JobDir
+    from ..store import JobDir, JobStatus
 
 
 @dataclass(frozen=True)
@@ -53,6 +53,7 @@ class LaunchedProcess(ABC):
 
     pid: int
     host: str = "localhost"
+    create_time: float | None = None  # the OS's start time: (pid, create_time) is exact
 
     @abstractmethod
     def wait(self) -> int:
@@ -84,6 +85,18 @@ class Launcher(ABC):
         self.spec = spec
         self.job = job
 
+    @classmethod
+    def check_capacity(cls, spec: JobSpec, processes: int) -> None:
+        """Raise ``SpecError`` (one line naming the flag) when this launcher cannot place
+        ``processes`` processes of ``spec``; called before anything is launched."""
+
+    @classmethod
+    def isolate(cls) -> str | None:
+        """Called first in the supervisor process, before any socket or thread exists:
+        keep what the job starts unreachable from elsewhere where this launcher can.
+        Returns None when isolated, else a warning naming why not."""
+        return "this launcher does not isolate its processes"
+
     @abstractmethod
     def place(self, n: int) -> list[Slot]:
         """Choose where ``n`` processes run."""
@@ -110,8 +123,15 @@ class Launcher(ABC):
         """Start one process with its output appended to ``log_path``."""
 
     @abstractmethod
-    def adopt(self, pid: int, host: str) -> LaunchedProcess:
-        """A handle on a process that one of ours started (an MPI rank), by its pid."""
+    def adopt(self, pid: int, host: str) -> LaunchedProcess | None:
+        """A handle on a process that one of ours started (an MPI rank), by its pid;
+        None when it is already gone."""
+
+    @classmethod
+    def stop_lost(cls, status: JobStatus) -> list[int]:
+        """Stop the processes a lost supervisor recorded (each verified by its start
+        time, never by a bare pid); returns the pids stopped. By default: none."""
+        return []
 
     def sweep(self) -> None:  # noqa: B027
         """Kill whatever the job's processes left behind (grandchildren that escaped

@@ -14,9 +14,14 @@ from typing import Any
 
 import psutil
 
+from ..spec import JobSpec, SpecError
+from ..store import JobStatus
 from .base import LaunchedProcess, Launcher, ProcessSpec, Slot
+from .isolation import private_network
 from .limits import CpuQuota, cpu_set, thread_env
 
+PROCESSES_PER_CORE = 4  # oversubscription a local job may ask for
+MIN_PROCESS_LIMIT = 8
 _PR_SET_PDEATHSIG = 1
 _PR_SET_CHILD_SUBREAPER = 36
 ADOPTED_POLL_SECONDS = 0.1
@@ -59,6 +64,19 @@ def signal_tree(process: psutil.Process, sig: int) -> None:
             member.send_signal(sig)
 
 
+def same_process(pid: int | None, create_time: float | None) -> psutil.Process | None:
+    """The running process ``pid`` if it is the one that started at ``create_time``."""
+    if not pid or create_time is None:
+        return None
+    try:
+        process = psutil.Process(pid)
+        if abs(process.create_time() - create_time) < 0.01:
+            return process
+    except psutil.NoSuchProcess:
+        pass
+    return None
+
+
 class LocalProcess(LaunchedProcess):
     """A process this launcher started."""
 
@@ -66,6 +84,7 @@ class LocalProcess(LaunchedProcess):
         self.popen = popen
         self.pid = popen.pid
         self.process = psutil.Process(popen.pid)
+        self.create_time = self.process.create_time()
 
     def wait(self) -> int:
         return self.popen.wait()
@@ -91,6 +110,7 @@ class AdoptedProcess(LaunchedProcess):
     def __init__(self, pid: int):
         self.pid = pid
         self.process = psutil.Process(pid)
+        self.create_time = self.process.create_time()
 
     def poll(self) -> int | None:
         try:
@@ -131,6 +151,32 @@ class LocalLauncher(Launcher):
         self._started: set[int] = set()
         _prctl(_PR_SET_CHILD_SUBREAPER, 1)
 
+    @classmethod
+    def check_capacity(cls, spec: JobSpec, processes: int) -> None:
+        cores = len(os.sched_getaffinity(0))
+        limit = max(MIN_PROCESS_LIMIT, PROCESSES_PER_CORE * cores)
+        what = f"--workers {spec.workers}" + (f" --ps {spec.ps}" if spec.ps else "")
+        if processes > limit:
+            raise SpecError(
+                f"{what}: the job needs {processes} processes; this machine runs at most "
+                f"{limit} for one job ({cores} cores)"
+            )
+        if spec.cpu is not None and spec.cpu * processes > cores:
+            raise SpecError(
+                f"--cpu {spec.cpu:g}: {processes} processes need {spec.cpu * processes:g} cores; "
+                f"this machine has {cores}"
+            )
+        total = psutil.virtual_memory().total / 2**30
+        if spec.memory is not None and spec.memory * processes > total:
+            raise SpecError(
+                f"--memory {spec.memory:g}: {processes} processes need "
+                f"{spec.memory * processes:g} GiB; this machine has {total:.1f} GiB"
+            )
+
+    @classmethod
+    def isolate(cls) -> str | None:
+        return private_network()
+
     def place(self, n: int) -> list[Slot]:
         return [
             Slot(host="localhost", address="127.0.0.1", index=i, local_index=i) for i in range(n)
@@ -163,8 +209,21 @@ class LocalLauncher(Launcher):
             self._quotas.append(quota)
         return LocalProcess(popen)
 
-    def adopt(self, pid: int, host: str) -> LaunchedProcess:
-        return AdoptedProcess(pid)
+    def adopt(self, pid: int, host: str) -> LaunchedProcess | None:
+        try:
+            return AdoptedProcess(pid)
+        except psutil.NoSuchProcess:
+            return None
+
+    @classmethod
+    def stop_lost(cls, status: JobStatus) -> list[int]:
+        stopped = []
+        for row in [*status.processes, *status.helpers]:
+            process = same_process(row.pid, row.create_time)
+            if process is not None:
+                signal_tree(process, signal.SIGKILL)
+                stopped.append(process.pid)
+        return stopped
 
     def sweep(self) -> None:
         for child in psutil.Process().children(recursive=True):

@@ -19,7 +19,9 @@ import socket
 import sys
 
 from ..backends.base import WorkerCommand
+from ..plugins import LAUNCHERS, load_plugin
 from ..store import JobDir
+from . import warden
 from .channels import Channels
 from .core import Supervisor
 from .events import Inbox, StopRequested
@@ -30,23 +32,46 @@ log = logging.getLogger("jupyter_distrain.supervisor")
 
 
 def main(argv: list[str] | None = None) -> int:
+    """``JOB_DIR [--lock-fd N]``: fork; the child supervises the job, this process
+    becomes its warden. ``N`` is the job's lock, taken by whoever started us."""
     argv = argv if argv is not None else sys.argv[1:]
-    job = JobDir(argv[0])
+    job = JobDir(argv[0]).check_private()
+    lock_fd = int(argv[2]) if argv[1:2] == ["--lock-fd"] else job.hold_lock()
     logging.basicConfig(
         filename=job.supervisor_log,
         level=logging.INFO,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
+    warden.become_subreaper()
+    child = os.fork()
+    if child:
+        os.close(lock_fd)  # the supervisor alone holds it: the lock dies with it
+        return warden.watch(job, child)
+    os.set_inheritable(lock_fd, False)
+    try:
+        supervise(job)
+    except BaseException:
+        log.exception("supervisor crashed")
+        os._exit(1)
+    os._exit(0)  # the warden's copy of everything above is not ours to clean up
+
+
+def supervise(job: JobDir) -> None:
     log.info("supervisor for %s on %s, pid %d", job.id, socket.gethostname(), os.getpid())
+    spec = job.read_spec()
+    job.keep_reserve()
+    warning = load_plugin(LAUNCHERS, spec.launcher).isolate()
     inbox = Inbox()
     channels = Channels(job, inbox)
-    spec = job.read_spec()
     worker = WorkerCommand(
         [spec.python or sys.executable, "-m", "jupyter_distrain.worker"], channels.worker_env(spec)
     )
     supervisor = Supervisor(
         job, inbox, worker, counts=channels.metrics_counts, publish=channels.publish
     )
+    supervisor.isolation_warning = warning
+    if warning:
+        log.warning("%s", warning)
     for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):  # posted: a handler never blocks
         signal.signal(sig, lambda *_: inbox.post(StopRequested("signal")))
     try:
@@ -55,4 +80,3 @@ def main(argv: list[str] | None = None) -> int:
         channels.stop_collector()  # after every process is gone: their last records are in
         supervisor.close()
         channels.stop()
-    return 0

@@ -10,7 +10,7 @@ from typing import Any
 from .. import control, metrics
 from ..contract import BYE, HELLO, Env, ProcessId, WorkerChannels
 from ..spec import JobSpec
-from ..store import JobDir
+from ..store import ControlInfo, JobDir
 from .events import Bye, Hello, Inbox, Metric, ScaleRequested, StopProcesses, StopRequested
 
 ANSWER_SECONDS = 30.0  # how long a client's request waits for the loop
@@ -25,23 +25,30 @@ class Channels:
         self.inbox = inbox
         self.secret = secrets.token_hex(32)
         self.published: dict[str, Any] = {}  # the last state the loop saved
-        self.server = control.ControlServer(self.secret, self.handle).start()
+        # Unix sockets in the job's private directory: no other user can even connect
+        control_path, metrics_path = job.socket_path("control"), job.socket_path("metrics")
+        for path in (control_path, metrics_path):
+            path.unlink(missing_ok=True)
+        self.server = control.ControlServer(
+            self.secret, self.handle, f"unix:{control_path}"
+        ).start()
         self.collector = metrics.Collector(
             self.secret,
             job.metrics_file,
             lambda record: inbox.post(Metric(record)),
-            host=self.server.host,
+            endpoint=f"ipc://{metrics_path}",
+            on_write_error=self._write_failed,
         ).start()
-        job.write_control(self.server.host, self.server.port, self.secret, os.getpid())
+        metrics_path.chmod(0o600)
+        job.write_control(
+            ControlInfo(
+                self.server.address, self.collector.address, self.secret, os.getpid(), os.getppid()
+            )
+        )
 
     def worker_env(self, spec: JobSpec) -> dict[str, str]:
         """What every process of the job is given, besides its own identity."""
-        channels = WorkerChannels(
-            str(self.job.path),
-            f"{self.server.host}:{self.server.port}",
-            self.collector.address,
-            self.secret,
-        )
+        channels = WorkerChannels(str(self.job.path), self.server.address, self.collector.address)
         env = {**channels.env(), Env.BACKEND: spec.backend, Env.OUT: spec.out or ""}
         if spec.batch_size:
             env[Env.BATCH_SIZE] = str(spec.batch_size)
@@ -68,6 +75,10 @@ class Channels:
         else:
             raise ValueError(f"unknown op {op!r}")
         return {}
+
+    def _write_failed(self, exc: OSError) -> None:
+        """The collector could not store a batch (its thread): the loop will see it."""
+        self.job.disk_full = self.job.disk_full or f"cannot store metrics: {exc.strerror}"
 
     def publish(self, state: dict[str, Any]) -> None:
         """What ``status`` requests answer: the state the loop saved last (replaced whole)."""

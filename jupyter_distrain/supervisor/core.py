@@ -24,7 +24,15 @@ from ..tail import last_lines
 from . import events as ev
 from .generation import Generation
 from .outcomes import ProcessEvents
-from .periodic import MemoryWatch, OrphanReaper, Saver, ScaleTimeout, StartupDeadline
+from .periodic import (
+    DiskWatch,
+    HangWatch,
+    MemoryWatch,
+    OrphanReaper,
+    Saver,
+    ScaleTimeout,
+    StartupDeadline,
+)
 from .scaling import Scaling
 from .table import ProcessTable
 
@@ -33,6 +41,10 @@ log = logging.getLogger("jupyter_distrain.supervisor")
 TICK_SECONDS = 0.5
 TAIL_LINES = 20
 START_SECONDS = 60.0  # how long an elastic driver's thread waits for a process start
+
+
+def _ports(ports: list[int]) -> str:
+    return ("port " if len(ports) == 1 else "ports ") + ", ".join(map(str, ports))
 
 
 class Supervisor:
@@ -56,6 +68,7 @@ class Supervisor:
         self.counts = counts
         self.publish = publish
         self.plugins = plugins
+        self.isolation_warning: str | None = None  # set when the launcher could not isolate
         self.status = JobStatus(
             backend=self.spec.backend,
             launcher=self.spec.launcher,
@@ -70,7 +83,7 @@ class Supervisor:
         self.processes = ProcessEvents(self)
         self.startup = StartupDeadline(self)
         self.duties = [self.startup, MemoryWatch(self), ScaleTimeout(self), OrphanReaper(self)]
-        self.duties.append(Saver(self))
+        self.duties += [HangWatch(self), DiskWatch(self), Saver(self)]
         self._loop_thread = threading.get_ident()
 
     @property
@@ -84,9 +97,12 @@ class Supervisor:
         try:
             self.launch()
             while not self.status.done:
-                event = self.inbox.next(TICK_SECONDS)
+                launching = self.gen is not None and self.gen.launching
+                event = self.inbox.next(0 if launching else TICK_SECONDS)
                 if event is not None:
                     self.dispatch(event)
+                if launching and not self.stopping:
+                    self.start_next()
                 now = time.monotonic()
                 for duty in self.duties:
                     if not self.status.done:
@@ -111,7 +127,7 @@ class Supervisor:
             ev.Exited: lambda e: self.processes.on_exited(e.id, e.handle, e.code),
             ev.Hello: lambda e: self.processes.on_hello(e.body),
             ev.Bye: lambda e: self.processes.on_bye(e.body),
-            ev.Metric: lambda e: self.processes.on_metric(e.record),
+            ev.Metric: lambda e: self.processes.on_metric(e.record, e.received),
             ev.StopRequested: lambda e: self.stop(e.reason),
             ev.StopProcesses: lambda e: self.stop_processes(e.ids),
             ev.ScaleRequested: lambda e: self.scaling.request(e.workers),
@@ -171,8 +187,23 @@ class Supervisor:
         self.gen = Generation(
             number, self.spec, self.job, self.worker, self.inbox.post, self.plugins
         )
-        self.gen.launch(self)
+        plan = self.gen.prepare()
+        if self.isolation_warning and plan.ports:
+            exposed = "; ".join(f"{what} on {_ports(p)}" for what, p in plan.ports.items())
+            self.warn(f"{self.isolation_warning}: reachable from other hosts: {exposed}")
         self.save()
+
+    def start_next(self) -> None:
+        """Start the next process of the launch (one per turn of the loop)."""
+        assert self.gen is not None
+        self.gen.start_next(self)
+        self.dirty = True
+
+    def warn(self, text: str) -> None:
+        """A warning the cell prints once (and the store keeps)."""
+        log.warning("%s", text)
+        self.status.warnings.append(text)
+        self.job.append_event("warning", text=text)
 
     def resized(self, workers: int) -> None:
         self.spec.workers = self.status.workers = workers
@@ -200,12 +231,14 @@ class Supervisor:
             if isinstance(event, ev.Request):
                 event.future.set_exception(RuntimeError("the job has ended"))
             elif isinstance(event, ev.Metric):
-                self.processes.on_metric(event.record)
+                self.processes.on_metric(event.record, event.received)
 
     # --- endings ------------------------------------------------------------------------
     def fail(self, error: str, tail: str = "", **event: Any) -> None:
         if self.status.done:
             return
+        if self.job.disk_full and "disk full" not in error:
+            error = f"{error} (disk full: {self.job.disk_full})"
         log.error("job failed: %s", error)
         self.status.error, self.status.error_tail = error, tail
         self.finish("failed", error=error, **event)

@@ -4,6 +4,7 @@ that want an answer (a future the loop completes)."""
 from __future__ import annotations
 
 import queue
+import time
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -42,6 +43,7 @@ class Metric:
     """The latest record of a batch from one process (metrics collector)."""
 
     record: dict[str, Any]
+    received: float = field(default_factory=time.monotonic)  # when the collector had it
 
 
 @dataclass

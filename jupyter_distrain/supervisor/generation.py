@@ -42,22 +42,43 @@ class Generation:
         self.launcher: Launcher = plugins(LAUNCHERS, spec.launcher)(spec, job)
         self.backend: Backend = plugins(BACKENDS, spec.backend)(spec)
         self.plan: Plan | None = None
+        self.pending: list[ProcessSpec] = []
+        self.services_started = False
         self.stopped = False
 
-    def launch(self, host: JobHost) -> None:
-        """Start every process of the plan, then the plan's services."""
+    def prepare(self) -> Plan:
+        """Place the slots and make the plan; its processes are started one at a time
+        by :meth:`start_next`, so the loop stays free for a stop or a timeout."""
         slots = self.launcher.place(self.backend.slots_needed())
         self.plan = self.backend.prepare(slots, self.launcher, self.worker)
-        for proc in self.plan.processes:
+        self.pending = list(self.plan.processes)
+        for proc in self.pending:
+            host = proc.slot.host if proc.slot else "localhost"
+            self.table.add(proc.id, host, proc.rank, helper=bool(proc.hosts))
             for member, slot in proc.hosts.items():
                 self.table.add(member, slot.host, member.index).host = proc.id
-            self.start(proc)
-        self.plan.services.start(host)
+        return self.plan
+
+    @property
+    def launching(self) -> bool:
+        """Whether :meth:`start_next` has more to do."""
+        return self.plan is not None and not self.services_started and not self.stopped
+
+    def start_next(self, host: JobHost) -> None:
+        """Start the next planned process; after the last, the plan's services."""
+        if not self.launching:
+            return
+        if self.pending:
+            self.start(self.pending.pop(0))
+        if not self.pending:
+            self.services_started = True
+            assert self.plan is not None
+            self.plan.services.start(host)
 
     def start(self, proc: ProcessSpec) -> LaunchedProcess:
         """Start one process of the plan (or of the backend's driver) and record it."""
         entry = self.table.entry(proc.id)
-        if entry is None or not entry.record.live:  # a new process, or a new one in its slot
+        if entry is None or entry.handle is not None:  # new, or a new one in an ended's slot
             host = proc.slot.host if proc.slot else "localhost"
             entry = self.table.add(proc.id, host, proc.rank, helper=bool(proc.hosts))
         proc.env.update(identity_env(proc.id, proc.slot.address if proc.slot else None))
@@ -77,6 +98,7 @@ class Generation:
         if self.stopped:
             return
         self.stopped = True
+        self.pending = []
         if self.plan is not None:
             self.plan.services.stop()
         terminate([e.handle for e in self.table.launched() if e.handle], grace)

@@ -4,6 +4,8 @@ exits; after each exit, the backend's rules decide whether the job has ended."""
 from __future__ import annotations
 
 import logging
+import math
+import time
 from typing import TYPE_CHECKING, Any
 
 from ..contract import ProcessId
@@ -32,10 +34,13 @@ class ProcessEvents:
         record = entry.record
         if entry.handle is None and isinstance(body.get("pid"), int) and sup.gen is not None:
             entry.handle = sup.gen.launcher.adopt(body["pid"], str(body.get("host", "")))
-            record.pid, record.started = body["pid"], body.get("time")
+            if entry.handle is None:
+                return  # gone already: its helper's exit will account for it
+            record.pid, record.create_time = body["pid"], entry.handle.create_time
         record.host = str(body.get("host") or record.host)
         record.address = str(body.get("address") or record.address)
         record.state = "running"
+        entry.last_heard = time.monotonic()
         sup.job.append_event("process_up", process=str(record.id), pid=record.pid)
         if sup.status.state == "launching" and sup.table.all_up():
             sup.status.running_at = sup.time()
@@ -66,15 +71,16 @@ class ProcessEvents:
             return
         self.ended(entry.record, code)
 
-    def on_metric(self, record: dict[str, Any]) -> None:
+    def on_metric(self, record: dict[str, Any], received: float) -> None:
         entry = self.supervisor.table.entry(ProcessId.of(record))
         if entry is None:
             return
+        entry.last_heard = max(entry.last_heard or 0.0, received)
         row = entry.record
-        row.heartbeat = record.get("time", row.heartbeat)
+        row.heartbeat = _number(record.get("time"), row.heartbeat)
         if "step" in record:
             for name in LIVE_FIELDS:
-                setattr(row, name, record.get(name, getattr(row, name)))
+                setattr(row, name, _number(record.get(name), getattr(row, name)))
         self.supervisor.dirty = True
 
     def ended(self, record: ProcessRecord, code: int) -> None:
@@ -86,8 +92,8 @@ class ProcessEvents:
         sup.save()
         if sup.stopping or sup.status.done:
             return
-        if sup.scaling.checkpointed(code):
-            sup.scaling.restart()
+        if sup.scaling.draining or sup.scaling.checkpointed(code):
+            sup.scaling.member_ended(record)
             return
         assert sup.gen is not None
         outcome = sup.gen.backend.outcome(sup.table.rows(), record)
@@ -106,3 +112,10 @@ class ProcessEvents:
         if sup.table.live_members():
             sup.job.append_event("finishing", reason=f"{record.id} ended the job")
         sup.finish("succeeded")
+
+
+def _number(value: Any, default: Any) -> Any:
+    """A metric value for a row: a finite number, else the row keeps what it had."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return default
+    return value if math.isfinite(value) else default

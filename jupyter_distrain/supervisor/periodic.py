@@ -4,6 +4,7 @@ deadline, memory limits, the scale timeout, orphan reaping, and saving live metr
 from __future__ import annotations
 
 import signal
+import time
 from typing import TYPE_CHECKING
 
 from ..timing import Deadline
@@ -72,6 +73,45 @@ class MemoryWatch(Periodic):
                 process=str(pid),
             )
             return
+
+
+class HangWatch(Periodic):
+    """Fails the job when a running process goes unheard for ``--hang-timeout`` seconds:
+    every worker's reporter sends a heartbeat each second, so silence means the process
+    is stopped (SIGSTOP), frozen, or cut off."""
+
+    interval = 1.0
+
+    def run(self) -> None:
+        sup = self.supervisor
+        limit = sup.spec.hang_timeout
+        if not limit or sup.status.state != "running":
+            return
+        now = time.monotonic()
+        for entry in sup.table.live_members():
+            if entry.record.state != "running" or entry.last_heard is None:
+                continue
+            silent = now - entry.last_heard
+            if silent > limit:
+                pid = entry.record.id
+                sup.fail(
+                    f"{pid.describe()} stopped responding: nothing heard from it for "
+                    f"{silent:.0f} s (--hang-timeout {limit:g})",
+                    process=str(pid),
+                )
+                return
+
+
+class DiskWatch(Periodic):
+    """Stops the job when the disk holding it is full: its logs and metrics could no
+    longer be kept. The space set aside at start lets the final state be written."""
+
+    interval = 0.0
+
+    def run(self) -> None:
+        sup = self.supervisor
+        if sup.job.disk_full:
+            sup.fail(f"disk full: {sup.job.disk_full}; the job was stopped")
 
 
 class ScaleTimeout(Periodic):

@@ -17,6 +17,7 @@ class Entry:
     handle: LaunchedProcess | None = None  # None until started (or, if hosted, until hello)
     launched: bool = False  # started by our launcher (else adopted: it reports its own exit)
     host: ProcessId | None = None  # the helper that starts it (mpirun), if any
+    last_heard: float | None = None  # monotonic time of its last hello, record or heartbeat
 
 
 class ProcessTable:
@@ -42,6 +43,7 @@ class ProcessTable:
     def started(self, entry: Entry, handle: LaunchedProcess, log: str) -> None:
         entry.handle, entry.launched = handle, True
         entry.record.pid, entry.record.state = handle.pid, "starting"
+        entry.record.create_time = handle.create_time
         entry.record.started, entry.record.log = time.time(), log
 
     def rows(self) -> list[ProcessRecord]:

@@ -43,10 +43,9 @@ def _redirect_output(path: Path) -> None:
 def _tell_supervisor(channels: WorkerChannels, body: dict[str, Any]) -> None:
     if not channels.control:
         return
-    host, _, port = channels.control.rpartition(":")
     try:
-        control.request(host, int(port), channels.secret, body)
-    except OSError as exc:
+        control.request(channels.control, channels.secret, body)
+    except (OSError, ValueError) as exc:
         print(f"jupyter_distrain: cannot reach the supervisor: {exc}", file=sys.stderr)
 
 
@@ -115,10 +114,7 @@ def run_program(job: JobDir, path: Path, program: CodeType, mode: str, rank: int
         if mode == "seed":
             run_seed(namespace)
     except SystemExit as exc:
-        if exc.code is None or isinstance(exc.code, int):
-            return exc.code or 0
-        print(exc.code, file=sys.stderr)
-        return 1
+        return _exit_code(exc.code)
     except BaseException as exc:
         # drop this bootstrap's own frame: the traceback starts in the user's program
         traceback.print_exception(type(exc), exc, exc.__traceback__.tb_next)
@@ -132,12 +128,35 @@ def run_program(job: JobDir, path: Path, program: CodeType, mode: str, rank: int
     return 0
 
 
+def _exit_code(code: object) -> int:
+    """What ``sys.exit(code)`` means as a process's exit status (0-255): a message is
+    printed and means 1; a number outside 0-255 would be taken modulo 256 (256 -> 0,
+    a failure reported as success), so it means 1 too."""
+    if code is None or isinstance(code, bool):
+        return int(bool(code))
+    if isinstance(code, int) and 0 <= code <= 255:
+        return code
+    if isinstance(code, int):
+        print(
+            f"jupyter_distrain: exit code {code} is out of range 0-255: exiting with 1",
+            file=sys.stderr,
+        )
+    else:
+        print(code, file=sys.stderr)
+    return 1
+
+
 def main() -> int:
     channels = WorkerChannels.from_env()
     if channels is None:
         print(f"jupyter_distrain: {Env.JOB_DIR} is not set: not started by a job", file=sys.stderr)
         return 2
     job = JobDir(channels.job_dir)
+    try:
+        job.check_private()  # what is in it is about to be run and unpickled
+    except OSError as exc:
+        print(f"jupyter_distrain: {exc}", file=sys.stderr)
+        return 2
     me: ProcessId = contract.identity_from(os.environ)
     rank = contract.rank_from(os.environ)
     os.environ[Env.RANK] = str(rank)  # the user's program may read it
@@ -151,6 +170,7 @@ def main() -> int:
         return 2  # never said hello: the supervisor counts this process as not started
     address = os.environ.get(Env.ADDRESS, "")
     _tell_supervisor(channels, contract.hello(me, os.getpid(), socket.gethostname(), address))
+    metrics.reporter()  # heartbeats from now on: silence means a hung process
     mode = os.environ.get(Env.MODE, "train")
     signal.signal(signal.SIGUSR1, instrument.request_checkpoint)
     if os.environ.get(Env.INSTRUMENT, "1") != "0" and channels.metrics and mode != "server":

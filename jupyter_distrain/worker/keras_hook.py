@@ -134,10 +134,12 @@ def make_callbacks(keras: Any, images: int | None) -> list[Any]:
                 print(f"jupyter_distrain: checkpointed after epoch {epoch}; restarting", flush=True)
                 raise SystemExit(instrument.CHECKPOINT_EXIT)
 
+    global _fits
     callbacks = [StepMetrics()]
-    backup_dir = _backup_dir()
-    if backup_dir is not None:
-        callbacks.append(BackupOnRequest(str(backup_dir), delete_checkpoint=False))
+    backup_dir = _backup_dir(_fits)
+    _fits += 1
+    if backup_dir is not None:  # kept on a checkpoint exit, deleted when the fit completes
+        callbacks.append(BackupOnRequest(str(backup_dir), delete_checkpoint=True))
     return callbacks
 
 
@@ -159,22 +161,28 @@ def _agreed(model: Any, flag: bool) -> bool:
     return flag
 
 
-def _backup_dir() -> Path | None:
-    """Where this process keeps its Keras backup; None where BackupAndRestore cannot run.
+_fits = 0  # how many fit() calls this process has made
 
-    Under Horovod every rank restores from rank 0's backup (copied into its own
-    directory first, since ranks must not write to the same files), so a job
-    restarted at a new size resumes every rank from the same epoch.
+
+def _backup_dir(ordinal: int) -> Path | None:
+    """Where this process keeps the Keras backup of its ``ordinal``-th ``fit``; None
+    where BackupAndRestore cannot run.
+
+    A backup belongs to one ``fit`` call (a later or earlier ``fit`` in the same
+    program must never restore it) and is deleted when that ``fit`` completes. Under
+    Horovod every rank restores from rank 0's backup (copied into its own directory
+    first, since ranks must not write to the same files), so a job restarted at a
+    new size resumes every rank from the same epoch.
     """
     if os.environ.get(Env.BACKEND) in ("ps", "plain"):
         return None  # BackupAndRestore does not support ParameterServerStrategy
     channels = WorkerChannels.from_env()
     job = JobDir(channels.job_dir) if channels else JobDir(instrument.checkpoint_dir().parent)
-    base = job.keras_backup_dir()
+    base = job.keras_backup_dir() / f"fit-{ordinal}"
     rank = rank_from(os.environ)
     if _horovod_size() <= 1 or rank == 0:
         return base
-    own = job.keras_backup_dir(rank)
+    own = job.keras_backup_dir(rank) / f"fit-{ordinal}"
     shutil.rmtree(own, ignore_errors=True)
     if base.exists():
         shutil.copytree(base, own)

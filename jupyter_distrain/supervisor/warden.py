@@ -1,0 +1,89 @@
+"""The warden: the supervisor's parent, whose only job is to clean up if the supervisor
+is lost (SIGKILL, the OOM killer, a crash).
+
+The process ``api.submit`` starts forks at once: the child is the supervisor,
+the parent becomes this warden. The warden is a child subreaper, so when the
+supervisor dies every process of the job it leaves behind (an MPI rank whose
+mpirun died with the supervisor, a grandchild that ``setsid``-ed) becomes the
+warden's child; the warden kills them all, marks the job failed ("the
+supervisor was lost") with every live row killed, and exits. It holds no
+socket, no lock and no thread: a few MiB of a freshly started interpreter.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import logging
+import os
+import signal
+import sys
+import time
+
+import psutil
+
+from ..store import JobDir
+
+log = logging.getLogger(__name__)
+
+_PR_SET_CHILD_SUBREAPER = 36
+SETTLE_SECONDS = 0.3  # keep sweeping until no new orphan appears for this long
+
+
+def become_subreaper() -> None:
+    if sys.platform.startswith("linux"):
+        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_CHILD_SUBREAPER, 1)
+
+
+def watch(job: JobDir, supervisor: int) -> int:
+    """Wait for the supervisor; if it ended without a final state, clean up after it."""
+    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        signal.signal(sig, lambda number, _: _forward(supervisor, number))
+    _, wait_status = os.waitpid(supervisor, 0)
+    code = os.waitstatus_to_exitcode(wait_status)
+    killed = sweep()
+    status = job.read_state()
+    if status.done:
+        return 0
+    how = f"killed by signal {-code}" if code < 0 else f"exit code {code}"
+    error = f"the supervisor was lost ({how}); every process of the job was stopped"
+    log.error("%s (%d left behind)", error, len(killed))
+    try:
+        job.write_state(status.lost(error, row_state="killed"))
+        job.append_event("supervisor_lost", code=code, killed=killed)
+    except OSError as exc:  # a full disk, say: Job.status() still says the supervisor died
+        log.error("cannot record the loss: %s", exc)
+    return 1
+
+
+def _forward(pid: int, number: int) -> None:
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(pid, number)
+
+
+def sweep() -> list[int]:
+    """Kill and reap every descendant until none is left (orphans keep arriving while
+    the processes they were below die)."""
+    killed: list[int] = []
+    quiet_since = time.monotonic()
+    while time.monotonic() - quiet_since < SETTLE_SECONDS:
+        children = psutil.Process().children(recursive=True)
+        for child in children:
+            with contextlib.suppress(psutil.NoSuchProcess):
+                child.kill()
+                killed.append(child.pid)
+        _reap()
+        if children:
+            quiet_since = time.monotonic()
+        time.sleep(0.05)
+    return sorted(set(killed))
+
+
+def _reap() -> None:
+    while True:
+        try:
+            pid, _ = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return
+        if pid == 0:
+            return

@@ -1,0 +1,160 @@
+"""The control and metrics channels under bad input: forged, stale, replayed, oversized,
+malformed and flooding messages. Real sockets and a real ZeroMQ collector; no job."""
+
+from __future__ import annotations
+
+import json
+import socket
+import threading
+import time
+
+import pytest
+import zmq
+from conftest import wait_for
+
+from jupyter_distrain import control
+from jupyter_distrain.metrics import Collector, Reporter, seal
+
+
+@pytest.fixture
+def server(tmp_path):
+    seen: list[dict] = []
+    srv = control.ControlServer(
+        "s3cret", lambda body: seen.append(body) or {"echo": body["op"]}, f"unix:{tmp_path}/c.sock"
+    ).start()
+    srv.seen = seen
+    yield srv
+    srv.stop()
+
+
+def raw(server, data: bytes, timeout: float = 5) -> bytes:
+    with socket.socket(socket.AF_UNIX) as sock:
+        sock.settimeout(timeout)
+        sock.connect(control.parse_address(server.address)[1])
+        sock.sendall(data)
+        return sock.recv(65536)
+
+
+def test_signed_requests_are_answered_and_forgeries_refused(server, tmp_path):
+    assert control.request(server.address, "s3cret", {"op": "ping"}) == {"ok": True, "echo": "ping"}
+    reply = control.request(server.address, "wrong", {"op": "ping"})
+    assert reply == {"ok": False, "error": "bad signature"} and server.rejected == 1
+    line = control.encode("s3cret", {"op": "stop"})
+    forged = json.loads(line)
+    forged["body"]["op"] = "status"
+    assert control.verify("s3cret", json.dumps(forged).encode()) is None
+    assert (tmp_path / "c.sock").stat().st_mode & 0o777 == 0o600
+
+
+def test_a_captured_request_cannot_be_replayed_or_reused_later(server):
+    line = control.encode("s3cret", {"op": "stop"})
+    assert json.loads(raw(server, line))["ok"] is True
+    assert json.loads(raw(server, line)) == {"ok": False, "error": "bad signature"}
+    assert [b["op"] for b in server.seen] == ["stop"]
+    stale = json.loads(line)
+    stale["time"] -= 3600
+    stale["nonce"] = "fresh"
+    payload = {k: stale[k] for k in ("body", "nonce", "time")}
+    stale["sig"] = control.sign("s3cret", payload)  # signed, but an hour old
+    assert json.loads(raw(server, json.dumps(stale).encode() + b"\n"))["ok"] is False
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        b"not json\n",
+        b"[1, 2]\n",
+        b"[" * 50_000 + b"\n",  # nested past the parser's recursion limit
+        json.dumps({"body": {}, "nonce": "n", "time": 0, "sig": "\u00e9" * 64}).encode() + b"\n",
+        json.dumps({"body": [], "nonce": "n", "time": 0, "sig": "0" * 64}).encode() + b"\n",
+    ],
+)
+def test_malformed_requests_get_one_short_refusal_and_the_server_goes_on(server, line):
+    assert json.loads(raw(server, line)) == {"ok": False, "error": "bad signature"}
+    assert control.request(server.address, "s3cret", {"op": "ping"})["ok"] is True
+
+
+def test_an_endless_line_is_cut_and_a_silent_client_times_out(server, monkeypatch):
+    reply = raw(server, b"x" * (control.MAX_LINE_BYTES + 10))
+    assert b"request too long" in reply
+    assert control.request(server.address, "s3cret", {"op": "ping"})["ok"] is True
+
+
+def test_connections_over_the_cap_are_refused_not_queued(server):
+    idle = []
+    for _ in range(control.MAX_CONNECTIONS + 5):
+        sock = socket.socket(socket.AF_UNIX)
+        sock.connect(control.parse_address(server.address)[1])
+        idle.append(sock)
+    wait_for(lambda: server.refused >= 5, 5, what="refusals")
+    for sock in idle:
+        sock.close()
+    wait_for(
+        lambda: control.request(server.address, "s3cret", {"op": "ping"})["ok"], 15, what="served"
+    )
+
+
+def test_collector_stores_fresh_signed_batches_and_counts_everything_else(tmp_path):
+    seen = []
+    collector = Collector("job-secret", tmp_path / "metrics.jsonl", seen.append).start()
+    ctx = zmq.Context()
+    push = ctx.socket(zmq.PUSH)
+    push.connect(collector.address)
+    good = b'{"role":"worker","index":0,"step":1}\n{"role":"worker","index":0,"step":2}\n'
+    push.send_multipart(seal(b"job-secret", "a", 1, good))
+    push.send_multipart(seal(b"job-secret", "a", 1, good))  # replayed
+    forged = b'{"role":"worker","index":0,"step":99}\n'
+    push.send_multipart(seal(b"another-secret", "a", 2, forged))
+    push.send_multipart([forged])  # unsigned
+    push.send_multipart(seal(b"job-secret", "b", 1, b"[1]\n\"x\"\n"))  # signed, not objects
+    push.send_multipart([b"0" * (5 * 2**20)])  # over the size limit: dropped by ZeroMQ
+    push.send_multipart(seal(b"job-secret", "a", 2, b'{"role":"worker","index":0,"step":3}\n'))
+    wait_for(lambda: collector.records == 5, 5, what="delivery")
+    assert collector.rejected == 3
+    collector.stop()
+    push.close()
+    ctx.term()
+    stored = [json.loads(x) for x in (tmp_path / "metrics.jsonl").read_text().split()]
+    assert [r.get("step") for r in stored if isinstance(r, dict)] == [1, 2, 3]
+    assert [r["step"] for r in seen] == [2, 3]
+
+
+def test_reporter_never_raises_and_identity_cannot_be_overridden(tmp_path):
+    np = pytest.importorskip("numpy")
+    collector = Collector("s", tmp_path / "m.jsonl", lambda r: None).start()
+    reporter = Reporter(collector.address, "s", {"role": "worker", "index": 1})
+    reporter.report({"step": np.int64(3), "loss": np.float32(0.5), "role": "ps", "index": 7})
+    reporter.report({"step": 4, "weird": object(), "arr": np.ones(2)})
+    reporter.close()
+    wait_for(lambda: collector.records >= 2, 5, what="delivery")
+    collector.stop()
+    records = [json.loads(x) for x in (tmp_path / "m.jsonl").read_text().split("\n") if x]
+    steps = [r for r in records if "step" in r]
+    assert [(r["role"], r["index"], r["step"]) for r in steps] == [("worker", 1, 3), ("worker", 1, 4)]
+    assert steps[0]["loss"] == 0.5 and isinstance(steps[1]["weird"], str)
+
+
+def test_a_flood_of_forgeries_does_not_stop_real_requests(server):
+    stop = time.monotonic() + 2
+    sent = [0]
+
+    def flood() -> None:
+        while time.monotonic() < stop:
+            try:
+                raw(server, b"garbage\n" * 10, timeout=1)
+                sent[0] += 1
+            except OSError:
+                pass
+
+    threads = [threading.Thread(target=flood) for _ in range(4)]
+    for t in threads:
+        t.start()
+    answered = 0
+    while time.monotonic() < stop:
+        try:
+            answered += control.request(server.address, "s3cret", {"op": "ping"}, timeout=2)["ok"]
+        except OSError:
+            pass
+    for t in threads:
+        t.join()
+    assert sent[0] > 10 and answered > 10
