@@ -8,6 +8,7 @@ its own. The job directory's layout is the other half of the contract
 
 from __future__ import annotations
 
+import math
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -153,3 +154,11 @@ def bye(pid_: ProcessId, pid: int, code: int) -> dict[str, Any]:
 # --- records a worker sends over the metrics channel ----------------------------------
 # {"role", "index", "time", "step", "images", "images_per_sec", "loss", "total_steps", ...}
 # a heartbeat: {"role", "index", "time", "heartbeat": true}
+
+
+def metric_number(value: Any) -> float | int | None:
+    """A metric's value as the views may use it: a finite number, else None (a record
+    is written by user code: "abc", NaN or a bool must not break a table or a chart)."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    return value if math.isfinite(value) else None

@@ -83,6 +83,16 @@ def _print(lines: list[str], out: TextIO) -> None:
         print(line, file=out, flush=True)
 
 
+def _refreshed(view: View, **options: Any) -> bool:
+    """Refresh the view; on an error say so once (the caller drops the view)."""
+    try:
+        view.refresh(**options)
+    except Exception as exc:
+        _print([f"Warning: the job's view failed ({exc!r}); still following"], sys.stderr)
+        return False
+    return True
+
+
 def steps(
     job: Job,
     view: View | None = None,
@@ -109,8 +119,8 @@ def steps(
         warned = len(status.warnings)
         if tail is not None:
             _print(tail.read(), out)
-        if view is not None:
-            view.refresh(status=status)
+        if view is not None and not _refreshed(view, status=status):
+            view = None  # a broken view must not end the wait: the job runs on
         if status.done:
             break
         if deadline.expired:
@@ -158,7 +168,7 @@ def _watching(job: Job, view: View | None, out: TextIO | None, stop: bool) -> It
         raise
     finally:
         if view is not None:
-            view.refresh(force=True)
+            _refreshed(view, force=True)
 
 
 @dataclass(frozen=True)

@@ -11,6 +11,7 @@ import os
 from pathlib import Path
 
 MAX_PARTIAL_BYTES = 1 << 20  # a "line" longer than this (a \r progress bar) is cut into pieces
+READ_BYTES = 4 << 20  # the most one read() takes in: a large file is read in pieces
 TAIL_BYTES = 64 * 1024
 
 
@@ -21,17 +22,21 @@ class LineReader:
         self.path = path
         self.offset = 0
         self.partial = b""
+        self.behind = False  # the last read stopped at max_bytes: there is more
         if not from_start:
             try:
                 self.offset = path.stat().st_size
             except FileNotFoundError:
                 pass
 
-    def read(self) -> list[bytes]:
+    def read(self, max_bytes: int = READ_BYTES) -> list[bytes]:
+        """New complete lines, from at most ``max_bytes`` more of the file (call again
+        while :attr:`behind`: memory stays bounded however large the file is)."""
         try:
             with open(self.path, "rb") as f:
                 f.seek(self.offset)
-                data = f.read()
+                data = f.read(max_bytes)
+                self.behind = len(data) == max_bytes
         except FileNotFoundError:
             return []
         if not data:

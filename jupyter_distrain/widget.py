@@ -24,7 +24,7 @@ import traitlets
 from IPython import get_ipython
 from IPython.display import display
 
-from .contract import ProcessId
+from .contract import ProcessId, metric_number
 from .follow import follow
 from .job import Job, JobFailed
 from .store import FINAL_STATES, JobStatus, ProcessRecord
@@ -110,25 +110,29 @@ class JobModel:
     def update(self, status: JobStatus | None = None) -> None:
         """Take the job's status (read now unless given) and the metrics added since."""
         self.status = self.job.status() if status is None else status
-        for line in self.metrics.read():
-            try:
-                record = json.loads(line)
-            except ValueError:
-                continue
-            if isinstance(record, dict):
-                self._add(record)
+        while True:  # piece by piece: attaching to a long job never holds all its metrics
+            for line in self.metrics.read():
+                try:
+                    record = json.loads(line)
+                except (ValueError, RecursionError):
+                    continue
+                if isinstance(record, dict):
+                    self._add(record)
+            if not self.metrics.behind:
+                return
 
     def _add(self, record: dict[str, Any]) -> None:
-        process = ProcessId.of(record)
-        if "step" not in record or process is None:
+        process, step = ProcessId.of(record), metric_number(record.get("step"))
+        if step is None or process is None:
             return
         if self.first_step_time is None:
-            self.first_step_time = record.get("time")
-        if record.get("total_steps"):
-            self.total_steps = record["total_steps"]
-        ips = record.get("images_per_sec")
+            self.first_step_time = metric_number(record.get("time"))
+        total = metric_number(record.get("total_steps"))
+        if total:
+            self.total_steps = int(total)
+        ips = metric_number(record.get("images_per_sec"))
         if ips is not None:
-            self.series[str(process)].append((record["step"], ips))
+            self.series[str(process)].append((step, ips))
             self.recent[str(process)].append(ips)
 
     # --- derived facts -------------------------------------------------------
@@ -273,7 +277,7 @@ class JobWidget(widgets.VBox):
         colour = STATE_COLOURS.get(state, "#000")
         parts = [
             f"<b>{html.escape(self.job.id)}</b>",
-            f"<span style='color:{colour};font-weight:bold'>{state}</span>",
+            f"<span style='color:{colour};font-weight:bold'>{html.escape(state)}</span>",
         ]
         if state == "launching":
             parts.append(self.launch_progress)
@@ -282,7 +286,9 @@ class JobWidget(widgets.VBox):
         parts.append(f"<b>{self.aggregate_images_per_sec:,.0f}</b> images/sec")
         if self.stragglers:
             parts.append(
-                "<span style='color:#a00'>straggling: " + ", ".join(self.stragglers) + "</span>"
+                "<span style='color:#a00'>straggling: "
+                + html.escape(", ".join(self.stragglers))
+                + "</span>"
             )
         error = self.model.status.error
         if error:
@@ -312,11 +318,11 @@ class JobWidget(widgets.VBox):
             style = "background:#fdd" if str(_process_of(r)) in self.stragglers else ""
             colour = STATE_COLOURS.get(r["state"], "#000")
             cells = [
-                r["role"],
+                html.escape(str(r["role"])),
                 r["rank"],
-                r["host"] or "-",
+                html.escape(str(r["host"] or "-")),
                 r["pid"] or "-",
-                f"<span style='color:{colour}'>{r['state']}</span>",
+                f"<span style='color:{colour}'>{html.escape(str(r['state']))}</span>",
                 _fmt(r["step"]),
                 _fmt(r["images_per_sec"], ",.0f"),
                 _fmt(r["loss"], ".4f"),
@@ -346,11 +352,11 @@ class JobWidget(widgets.VBox):
             )
             lines.append(
                 f"<polyline fill='none' stroke='{colour}' stroke-width='1.5' "
-                f"points='{path}'><title>{label}</title></polyline>"
+                f"points='{path}'><title>{html.escape(label)}</title></polyline>"
             )
             lines.append(
                 f"<text x='{width - 100}' y='{14 + 12 * i}' font-size='10' "
-                f"fill='{colour}'>{label}</text>"
+                f"fill='{colour}'>{html.escape(label)}</text>"
             )
         axis = (
             f"<text x='0' y='12' font-size='10'>{y1:,.0f}</text>"

@@ -4,11 +4,10 @@ exits; after each exit, the backend's rules decide whether the job has ended."""
 from __future__ import annotations
 
 import logging
-import math
 import time
 from typing import TYPE_CHECKING, Any
 
-from ..contract import ProcessId
+from ..contract import ProcessId, metric_number
 from ..launchers.base import LaunchedProcess
 from ..store import ProcessRecord
 from .table import record_exit
@@ -77,10 +76,10 @@ class ProcessEvents:
             return
         entry.last_heard = max(entry.last_heard or 0.0, received)
         row = entry.record
-        row.heartbeat = _number(record.get("time"), row.heartbeat)
+        row.heartbeat = _or(metric_number(record.get("time")), row.heartbeat)
         if "step" in record:
             for name in LIVE_FIELDS:
-                setattr(row, name, _number(record.get(name), getattr(row, name)))
+                setattr(row, name, _or(metric_number(record.get(name)), getattr(row, name)))
         self.supervisor.dirty = True
 
     def ended(self, record: ProcessRecord, code: int) -> None:
@@ -114,8 +113,6 @@ class ProcessEvents:
         sup.finish("succeeded")
 
 
-def _number(value: Any, default: Any) -> Any:
-    """A metric value for a row: a finite number, else the row keeps what it had."""
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        return default
-    return value if math.isfinite(value) else default
+
+def _or(value: Any, default: Any) -> Any:
+    return default if value is None else value

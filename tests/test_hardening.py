@@ -1,0 +1,181 @@
+"""Defects found by trying the engine as a hostile or careless user would; each test
+failed before its fix. Real processes where a job is needed (plain Python cells, a
+second or two each), none elsewhere."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from conftest import wait_for
+
+from jupyter_distrain import JobSpec, SpecError, submit
+from jupyter_distrain.contract import Env, ProcessId
+from jupyter_distrain.follow import follow
+from jupyter_distrain.job import Job
+from jupyter_distrain.launchers.base import ProcessSpec
+from jupyter_distrain.launchers.local import LocalLauncher
+from jupyter_distrain.store import (
+    JobDir,
+    JobStatus,
+    UnsafeJobDirectory,
+    find_job_dir,
+    list_job_dirs,
+)
+from jupyter_distrain.widget import JobModel, JobWidget
+
+W0 = ProcessId("worker", 0)
+
+
+def _pid_reused(pid: int) -> subprocess.Popen:
+    """Start a process that gets ``pid`` (as root: through ns_last_pid)."""
+    for _ in range(20):
+        Path("/proc/sys/kernel/ns_last_pid").write_text(str(pid - 1))
+        proc = subprocess.Popen(["sleep", "60"], start_new_session=True)
+        if proc.pid == pid:
+            return proc
+        proc.kill()
+        proc.wait()
+    pytest.fail(f"could not get pid {pid} again")
+
+
+def test_a_signal_never_reaches_a_process_that_reused_a_pid(jobs_root, tmp_path):
+    job = JobDir.create(JobSpec(code="", name="reuse"))
+    launcher = LocalLauncher(job.read_spec(), job)
+    handle = launcher.start(ProcessSpec(W0, [sys.executable, "-c", "pass"], {}), tmp_path / "log")
+    assert handle.wait() == 0  # exited and reaped: its pid is free
+    stranger = _pid_reused(handle.pid)
+    try:
+        handle.signal(signal.SIGKILL, tree=True)  # what the end of a job does to every pid
+        handle.signal(signal.SIGUSR1)
+        time.sleep(0.2)
+        assert stranger.poll() is None, "an unrelated process was killed"
+        assert handle.memory_bytes() == 0
+    finally:
+        stranger.kill()
+        stranger.wait()
+
+
+def test_an_unsafe_jobs_root_is_refused(tmp_path, monkeypatch):
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    shared.chmod(0o777)
+    monkeypatch.setenv(Env.ROOT, str(shared))
+    with pytest.raises(UnsafeJobDirectory, match="writable by others"):
+        submit(JobSpec(code="pass\n"))
+    shared.chmod(0o700)
+    os.chown(shared, 65534, 65534)
+    with pytest.raises(UnsafeJobDirectory, match="belongs to uid 65534"):
+        submit(JobSpec(code="pass\n"))
+    link = tmp_path / "link"
+    link.symlink_to(tmp_path)
+    monkeypatch.setenv(Env.ROOT, str(link))
+    with pytest.raises(UnsafeJobDirectory, match="symlink"):
+        list_job_dirs()
+
+
+def test_job_ids_cannot_walk_out_of_the_root_and_foreign_job_dirs_are_ignored(jobs_root):
+    with pytest.raises(KeyError, match="not a job id"):
+        find_job_dir("../x")
+    job = JobDir.create(JobSpec(code="", name="mine"))
+    job.path.chmod(0o755)
+    assert list_job_dirs() == []
+    with pytest.raises(KeyError):
+        find_job_dir(job.id)
+
+
+def test_a_worker_refuses_a_job_directory_that_is_not_private(jobs_root):
+    job = JobDir.create(JobSpec(code="print('ran')\n", name="open"))
+    job.path.chmod(0o755)
+    env = {**os.environ, Env.JOB_DIR: str(job.path)}
+    out = subprocess.run(
+        [sys.executable, "-m", "jupyter_distrain.worker"], env=env, capture_output=True, text=True
+    )
+    assert out.returncode == 2 and "not private" in out.stderr and "ran" not in out.stdout
+    with pytest.raises(UnsafeJobDirectory):
+        Job(job).result()
+
+
+@pytest.mark.parametrize(
+    "fields, flag",
+    [
+        ({"workers": 10_000_000}, "--workers 10000000: the job needs 10000000 processes"),
+        ({"workers": 3, "cpu": 1.0}, "--cpu 1: 3 processes need 3 cores"),
+        ({"workers": 2, "memory": 60_000.0}, "--memory 60000: 2 processes need"),
+        ({"workers": 2, "ps": 100}, "--workers 2 --ps 100"),
+    ],
+)
+def test_requests_beyond_the_machine_are_refused_before_anything_starts(jobs_root, fields, flag):
+    if "cpu" in fields and len(os.sched_getaffinity(0)) >= 3:
+        fields["workers"] = len(os.sched_getaffinity(0)) + 1
+        flag = "--cpu 1:"
+    with pytest.raises(SpecError, match=flag.replace("(", r"\(")):
+        submit(JobSpec(code="pass\n", backend="plain" if "ps" not in fields else "ps", **fields))
+    assert list_job_dirs(jobs_root) == []
+
+
+def test_an_exit_code_outside_0_to_255_is_a_failure_not_a_success(jobs_root):
+    job = submit(JobSpec(code="import sys\nsys.exit(256)\n", workers=1, backend="plain"))
+    wait_for(lambda: job.status().done, 30, what="the end")
+    status = job.status()
+    assert status.state == "failed" and status.processes[0].exit_code == 1
+    assert "out of range" in job.logs(W0)
+
+
+def test_the_job_secret_is_not_in_the_workers_environment(jobs_root):
+    code = "import os\nprint(sorted(os.environ.items()))\n"
+    job = submit(JobSpec(code=code, workers=1, backend="plain"))
+    assert job.wait(timeout=30) == "succeeded"
+    secret = job.dir.read_control().secret
+    text = job.logs(W0)
+    assert "JUPYTER_DISTRAIN_JOB_DIR" in text and secret not in text and "SECRET" not in text
+
+
+def test_one_corrupt_state_file_breaks_no_listing(jobs_root):
+    good = JobDir.create(JobSpec(code="", name="good"))
+    bad = JobDir.create(JobSpec(code="", name="bad"))
+    bad.state_file.write_text("{not json")
+    states = {Job(d).id: Job(d).status().state for d in list_job_dirs()}
+    assert states == {good.id: "pending", bad.id: "unknown"}
+    assert Job(bad).status().error.startswith("state.json is unreadable")
+
+
+def test_strange_metrics_and_markup_do_not_break_the_widget(jobs_root):
+    job = JobDir.create(JobSpec(code="", name="odd"))
+    row = {"role": "<b>worker</b>", "index": 0, "host": "<script>x</script>", "state": "running"}
+    job.write_state(JobStatus(state="running", processes=[], created=time.time()))
+    status = JobStatus.from_dict({"state": "running", "processes": [row], "created": 1.0})
+    job.write_state(status)
+    records = [
+        {"role": "worker", "index": 0, "step": "abc", "images_per_sec": 5},
+        {"role": "worker", "index": 0, "step": 1, "images_per_sec": "fast", "time": "now"},
+        {"role": "worker", "index": 0, "step": 2, "images_per_sec": float("nan")},
+        {"role": "<i>x</i>", "index": 0, "step": 3, "images_per_sec": 7.0, "total_steps": "n"},
+        [1, 2],
+        "text",
+    ]
+    job.metrics_file.write_text("\n".join(json.dumps(r) for r in records) + "\n{bad\n")
+    model = JobModel(Job(job))
+    model.update()
+    assert dict(model.series) == {"<i>x</i>-0": model.series["<i>x</i>-0"]}
+    widget = JobWidget(Job(job))
+    html = widget.table.value + widget.chart.value + widget.header.value
+    assert "<script>" not in html and "<b>worker</b>" not in html and "<i>x</i>" not in html
+    assert "&lt;script&gt;" in html
+
+
+def test_a_view_that_raises_does_not_end_the_wait(jobs_root, capsys):
+    class Broken:
+        def refresh(self, force=False, status=None):
+            raise ZeroDivisionError("boom")
+
+    job = submit(JobSpec(code="import time\ntime.sleep(1)\n", workers=1, backend="plain"))
+    assert follow(job, Broken(), out=io.StringIO()) == "succeeded"
+    assert "the job's view failed" in capsys.readouterr().err
