@@ -18,9 +18,11 @@ HOROVOD_VERSION := 0.28.1
 setup: $(STAMPS)/package
 
 $(STAMPS)/system:
-	@dpkg -s libopenmpi-dev openmpi-bin cmake g++ openssh-client >/dev/null 2>&1 \
+	@# iproute2: the fault tests make a second "host" (a network namespace) to port-scan from
+	@dpkg -s libopenmpi-dev openmpi-bin cmake g++ openssh-client iproute2 >/dev/null 2>&1 \
 	  || { $(SUDO) apt-get update -q && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -q \
-	        --no-install-recommends libopenmpi-dev openmpi-bin cmake g++ make procps openssh-client; }
+	        --no-install-recommends libopenmpi-dev openmpi-bin cmake g++ make procps openssh-client \
+	        iproute2; }
 	@$(PYTHON) -c 'import sys; assert sys.version_info >= (3, 11), "Python >= 3.11 is required"'
 	@# Debian's own python3 needs its venv and headers packages (Horovod compiles against them)
 	@$(PYTHON) -c 'import ensurepip, sysconfig, os; assert os.path.exists(sysconfig.get_paths()["include"] + "/Python.h")' 2>/dev/null \

@@ -166,10 +166,17 @@ def _make_server(
                     return
                 if len(line) > MAX_LINE_BYTES or not line.endswith(b"\n"):
                     outer.rejected += 1
-                    self.wfile.write(b'{"ok": false, "error": "request too long"}\n')
+                    self.reply({"ok": False, "error": "request too long"})
                     return
-                reply = outer.answer(line, handler)
-                self.wfile.write(json.dumps(reply).encode() + b"\n")
+                if not self.reply(outer.answer(line, handler)):
+                    return
+
+        def reply(self, body: dict[str, Any]) -> bool:
+            try:
+                self.wfile.write(json.dumps(body).encode() + b"\n")
+            except OSError:  # the client went away without its answer
+                return False
+            return True
 
     base = socketserver.UnixStreamServer if family == socket.AF_UNIX else socketserver.TCPServer
 
@@ -177,6 +184,9 @@ def _make_server(
         daemon_threads = True
         allow_reuse_address = True
         slots = threading.BoundedSemaphore(MAX_CONNECTIONS)
+
+        def handle_error(self, request: Any, client_address: Any) -> None:
+            log.debug("control connection failed", exc_info=True)  # no traceback per request
 
         def process_request(self, request: Any, client_address: Any) -> None:
             if not self.slots.acquire(blocking=False):

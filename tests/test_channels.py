@@ -158,3 +158,13 @@ def test_a_flood_of_forgeries_does_not_stop_real_requests(server):
     for t in threads:
         t.join()
     assert sent[0] > 10 and answered > 10
+
+
+def test_clients_that_leave_before_the_answer_leave_no_traceback(server, capfd):
+    for _ in range(50):
+        with socket.socket(socket.AF_UNIX) as sock:
+            sock.connect(control.parse_address(server.address)[1])
+            sock.sendall(b"garbage\n" * 100)  # and go, without reading a reply
+    time.sleep(0.5)
+    assert control.request(server.address, "s3cret", {"op": "ping"})["ok"] is True
+    assert "Traceback" not in capfd.readouterr().err

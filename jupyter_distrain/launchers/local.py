@@ -161,10 +161,11 @@ class LocalLauncher(Launcher):
                 f"{what}: the job needs {processes} processes; this machine runs at most "
                 f"{limit} for one job ({cores} cores)"
             )
-        if spec.cpu is not None and spec.cpu * processes > cores:
+        # cores may be shared (the seed's cpu=0.5 on a laptop), within the same bound
+        if spec.cpu is not None and spec.cpu * processes > PROCESSES_PER_CORE * cores:
             raise SpecError(
                 f"--cpu {spec.cpu:g}: {processes} processes need {spec.cpu * processes:g} cores; "
-                f"this machine has {cores}"
+                f"this machine has {cores} (at most {PROCESSES_PER_CORE}x shared)"
             )
         total = psutil.virtual_memory().total / 2**30
         if spec.memory is not None and spec.memory * processes > total:

@@ -1,0 +1,61 @@
+"""Runs the fault-injection suite (tests/faults) and prints what it injected and what
+survived: faults survived, processes left, log lines lost, and the bad inputs tried by
+the hardening and channel tests. One run, one table (for the closing notes).
+
+    .venv/bin/python benchmarks/fault_table.py
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def main() -> int:
+    with tempfile.TemporaryDirectory() as tmp:
+        report = Path(tmp) / "faults.jsonl"
+        env = {**os.environ, "FAULT_REPORT": str(report)}
+        suites = ["tests/faults", "tests/test_hardening.py", "tests/test_channels.py"]
+        run = subprocess.run(
+            [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *suites],
+            cwd=ROOT,
+            env=env,
+            capture_output=True,
+            text=True,
+        )
+        rows = (
+            [json.loads(line) for line in report.read_text().splitlines()]
+            if report.exists()
+            else []
+        )
+    print(
+        f"{'fault':<48} {'survived':<9} {'state':<10} {'left':>4} {'lines on disk':>13} {'lost':>4}"
+    )
+    for row in rows:
+        print(
+            f"{row['fault']:<48} {str(row['survived']):<9} {row['state']:<10} "
+            f"{row['processes_left']:>4} {row.get('lines_on_disk', '-'):>13} {row['lines_lost']:>4}"
+        )
+    survived = sum(r["survived"] for r in rows)
+    print(
+        f"\nfaults survived: {survived}/{len(rows)}; processes left: "
+        f"{sum(r['processes_left'] for r in rows)}; log lines lost: "
+        f"{sum(r['lines_lost'] for r in rows)}"
+    )
+    counts = re.search(r"(\d+) passed(?:, (\d+) failed)?", run.stdout)
+    print(
+        f"bad-input and channel tests (hardening + channels + faults): "
+        f"{counts.group(0) if counts else run.stdout[-500:]}"
+    )
+    return run.returncode
+
+
+if __name__ == "__main__":
+    sys.exit(main())
