@@ -107,6 +107,12 @@ class DistributedMagics(Magics):
         help="fail the job when a running process is unheard this many seconds (0: never)",
     )
     @argument(
+        "--stall-timeout",
+        type=float,
+        default=60.0,
+        help="warn when no rank's step advances for this many seconds (0: never)",
+    )
+    @argument(
         "--batch-size",
         type=int,
         default=None,
@@ -163,6 +169,7 @@ class DistributedMagics(Magics):
                 out=args.out,
                 batch_size=args.batch_size,
                 hang_timeout=args.hang_timeout,
+                stall_timeout=args.stall_timeout,
             ).validate()
             self._warn_undefined(spec)
             job = api.submit(spec, self.shell.user_ns)

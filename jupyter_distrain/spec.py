@@ -48,6 +48,7 @@ class JobSpec:
     script: str | None = None  # run this file (resolved on the worker) instead of train.py
     batch_size: int | None = None  # images per step, where Keras cannot tell
     hang_timeout: float = 120.0  # seconds a running process may go unheard; 0 turns it off
+    stall_timeout: float = 60.0  # seconds without a step on any rank before a warning; 0: off
 
     def validate(self) -> JobSpec:
         """Check every field; raise :class:`SpecError` naming the first bad one."""
@@ -72,6 +73,7 @@ class JobSpec:
         _number("--timeout", self.timeout, "a number of seconds > 0", low=0, high=MAX_SECONDS)
         _number("--grace", self.grace, "a number of seconds >= 0", low=None, high=MAX_GRACE)
         _number("--hang-timeout", self.hang_timeout, "seconds >= 0", low=None, high=MAX_SECONDS)
+        _number("--stall-timeout", self.stall_timeout, "seconds >= 0", low=None, high=MAX_SECONDS)
         if not _NAME_RE.match(self.name):
             raise SpecError(
                 f"--name must be 1-40 letters, digits, '_', '.' or '-', got {self.name!r}"

@@ -290,6 +290,9 @@ class JobWidget(widgets.VBox):
                 + html.escape(", ".join(self.stragglers))
                 + "</span>"
             )
+        if self.model.status.warnings:
+            warning = html.escape(self.model.status.warnings[-1])
+            parts.append(f"<span style='color:#b60'>{warning}</span>")
         error = self.model.status.error
         if error:
             parts.append(f"<span style='color:#a00'>{html.escape(error)}</span>")

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from jupyter_distrain.backends.base import WorkerCommand
+from jupyter_distrain.backends.base import Services, WorkerCommand
 from jupyter_distrain.contract import CHECKPOINT_EXIT, Env, ProcessId, bye, hello
 from jupyter_distrain.launchers.base import LaunchedProcess, Launcher, ProcessSpec, Slot
 from jupyter_distrain.plugins import LAUNCHERS, load_plugin
@@ -356,3 +356,61 @@ def test_a_driver_thread_starts_processes_through_the_loop(harness):
     h.send(h.inbox.next(5))  # the request the thread posted
     thread.join(5)
     assert started and started[0] is h.procs[W2] and h.state.process(W2).state == "starting"
+
+
+class Resizable(Services):
+    """The plan's services as elastic Horovod's look to the loop: they resize in place."""
+
+    def resize(self, workers: int) -> bool:
+        return True
+
+
+def test_an_in_place_resize_completes_when_every_rank_steps_at_the_new_size(harness):
+    h = harness(backend="tf")
+    h.sup.gen.plan.services = Resizable()
+    h.up()
+    h.ask(ev.ScaleRequested(3))
+    assert h.events("scaled_in_place") and h.sup.scaling.in_place is not None
+    h.sup.start_process(h.sup.worker.process(W2, Slot("localhost", "127.0.0.1", 2, 2), rank=2))
+    h.hello(W2)
+    assert h.sup.scaling.in_place.phase().startswith("the state sync before a first step at size 3")
+    for i, pid in enumerate((W0, W1, W2)):
+        h.send(ev.Metric({"role": "worker", "index": pid.index, "step": 10 + i}))
+    h.tick()
+    assert h.sup.scaling.in_place is None and h.events("scaled")
+
+
+def test_an_in_place_resize_that_hangs_fails_naming_its_phase(harness):
+    h = harness(backend="tf", timeout=0.01)
+    h.sup.gen.plan.services = Resizable()
+    h.up()
+    h.ask(ev.ScaleRequested(3))
+    threading.Event().wait(0.02)
+    h.tick()
+    assert h.state.state == "failed"
+    assert h.state.error == (
+        "scaling to 3 workers did not complete within 0.01 s: stuck in the rendezvous at size 3 "
+        "(2 workers up)"
+    )
+
+
+def test_a_shrink_marks_the_removed_rank_stopped_not_failed(harness):
+    h = harness(backend="tf", workers=3)
+    h.sup.gen.plan.services = Resizable()
+    h.up()
+    h.ask(ev.ScaleRequested(2))
+    h.exit(W2, -6)  # Horovod aborts the rank it removes
+    status = h.state
+    assert status.state == "running" and status.process(W2).stopped
+
+
+def test_a_stall_is_said_once_naming_the_ranks_and_their_steps(harness):
+    h = harness(stall_timeout=5)
+    h.up()
+    for pid in (W0, W1):
+        h.send(ev.Metric({"role": "worker", "index": pid.index, "step": 7}, received=0.0))
+    h.tick()
+    h.tick()
+    warnings = h.state.warnings
+    assert len(warnings) == 1 and warnings[0].startswith("training stalled: no step since")
+    assert warnings[0].endswith("rank 0 at step 7, rank 1 at step 7")

@@ -31,6 +31,7 @@ from .periodic import (
     OrphanReaper,
     Saver,
     ScaleTimeout,
+    StallWatch,
     StartupDeadline,
 )
 from .scaling import Scaling
@@ -83,7 +84,7 @@ class Supervisor:
         self.processes = ProcessEvents(self)
         self.startup = StartupDeadline(self)
         self.duties = [self.startup, MemoryWatch(self), ScaleTimeout(self), OrphanReaper(self)]
-        self.duties += [HangWatch(self), DiskWatch(self), Saver(self)]
+        self.duties += [HangWatch(self), StallWatch(self), DiskWatch(self), Saver(self)]
         self._loop_thread = threading.get_ident()
 
     @property
@@ -204,6 +205,7 @@ class Supervisor:
         log.warning("%s", text)
         self.status.warnings.append(text)
         self.job.append_event("warning", text=text)
+        self.dirty = True
 
     def resized(self, workers: int) -> None:
         self.spec.workers = self.status.workers = workers

@@ -78,6 +78,9 @@ class ProcessEvents:
         row = entry.record
         row.heartbeat = _or(metric_number(record.get("time")), row.heartbeat)
         if "step" in record:
+            step = metric_number(record.get("step"))
+            if step is not None and step != row.step:
+                entry.last_step_at = received
             for name in LIVE_FIELDS:
                 setattr(row, name, _or(metric_number(record.get(name)), getattr(row, name)))
         self.supervisor.dirty = True
@@ -87,9 +90,11 @@ class ProcessEvents:
         sup = self.supervisor
         if not record_exit(record, code):
             return
+        leaving = sup.scaling.leaving(record)
+        record.stopped = record.stopped or leaving  # removed by scaling down, not lost
         sup.job.append_event("exit", process=str(record.id), code=code)
         sup.save()
-        if sup.stopping or sup.status.done:
+        if sup.stopping or sup.status.done or leaving:
             return
         if sup.scaling.draining or sup.scaling.checkpointed(code):
             sup.scaling.member_ended(record)
@@ -111,7 +116,6 @@ class ProcessEvents:
         if sup.table.live_members():
             sup.job.append_event("finishing", reason=f"{record.id} ended the job")
         sup.finish("succeeded")
-
 
 
 def _or(value: Any, default: Any) -> Any:

@@ -114,6 +114,31 @@ class DiskWatch(Periodic):
             sup.fail(f"disk full: {sup.job.disk_full}; the job was stopped")
 
 
+class StallWatch(Periodic):
+    """Says (once per stall) when no rank's step has advanced for ``--stall-timeout``
+    seconds while every process is alive: which ranks, at which steps, since when."""
+
+    interval = 1.0
+
+    def __init__(self, supervisor: Supervisor):
+        super().__init__(supervisor)
+        self.warned_at: float | None = None  # the last step time the warning was about
+
+    def run(self) -> None:
+        sup = self.supervisor
+        limit = sup.spec.stall_timeout
+        stepping = [e for e in sup.table.live_members() if e.last_step_at is not None]
+        if not limit or sup.status.state != "running" or not stepping:
+            return
+        latest = max(e.last_step_at or 0.0 for e in stepping)
+        if time.monotonic() - latest <= limit or self.warned_at == latest:
+            return
+        self.warned_at = latest
+        since = time.strftime("%H:%M:%S", time.localtime(time.time() - (time.monotonic() - latest)))
+        stuck = ", ".join(f"{e.record.id.describe()} at step {e.record.step}" for e in stepping)
+        sup.warn(f"training stalled: no step since {since} (over {limit:g} s): {stuck}")
+
+
 class ScaleTimeout(Periodic):
     def run(self) -> None:
         self.supervisor.scaling.expire()

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import signal
+import time
 from typing import TYPE_CHECKING
 
 from ..contract import CHECKPOINT_EXIT
@@ -30,6 +31,7 @@ class Scaling:
         self.target: int | None = None
         self.deadline = Deadline(None)
         self.drain: Deadline | None = None  # set once the first member checkpointed
+        self.in_place: InPlace | None = None  # an in-place resize not yet complete
 
     def request(self, workers: int) -> None:
         """Scale to ``workers``; raises ValueError when the job cannot scale now."""
@@ -40,9 +42,11 @@ class Scaling:
             return
         sup.job.append_event("scale_requested", workers=workers, previous=sup.spec.workers)
         assert sup.gen is not None and sup.gen.plan is not None
+        previous = sup.spec.workers
         if sup.gen.plan.services.resize(workers):
             sup.resized(workers)
             sup.job.append_event("scaled_in_place", workers=workers)
+            self.in_place = InPlace(workers, previous, sup)
             return
         self.target = workers
         self.deadline = Deadline(SCALE_TIMEOUT_SECONDS)
@@ -99,9 +103,20 @@ class Scaling:
         self.target, self.drain = None, None
         self.supervisor.status.scaling_to = None
 
+    def leaving(self, record: ProcessRecord) -> bool:
+        """Whether a member that just ended was removed by an in-place shrink."""
+        resize = self.in_place
+        return (
+            resize is not None
+            and resize.workers < resize.previous
+            and record.index >= resize.workers
+        )
+
     def expire(self) -> None:
-        """Restart once the drain has run out; drop a request the workers did not answer
-        in time (they never checkpoint)."""
+        """Check an in-place resize; restart once the drain has run out; drop a request
+        the workers did not answer in time (they never checkpoint)."""
+        if self.in_place is not None:
+            self.in_place.check()
         if self.drain is not None and self.drain.expired:
             self.supervisor.job.append_event("drain_timeout", seconds=DRAIN_SECONDS)
             self.restart()
@@ -111,3 +126,44 @@ class Scaling:
             )
             self.done()
             self.supervisor.dirty = True
+
+
+class InPlace:
+    """An in-place resize (elastic Horovod) until every rank trains at the new size: it
+    must complete within ``--timeout``, or the job fails naming the phase it was stuck
+    in (a new worker not started, the rendezvous, or the state sync before a first step
+    at the new size)."""
+
+    def __init__(self, workers: int, previous: int, supervisor: Supervisor):
+        self.workers, self.previous = workers, previous
+        self.supervisor = supervisor
+        self.since = time.monotonic()
+        self.deadline = Deadline(supervisor.spec.timeout)
+
+    def phase(self) -> str | None:
+        """What is not done yet; None once every rank has stepped at the new size."""
+        live = self.supervisor.table.live_members()
+        starting = [str(e.record.id) for e in live if e.record.state != "running"]
+        if starting:
+            return f"starting {', '.join(starting)}"
+        if len(live) != self.workers:
+            return f"the rendezvous at size {self.workers} ({len(live)} workers up)"
+        still = [str(e.record.id) for e in live if (e.last_step_at or 0) <= self.since]
+        if still:
+            return f"the state sync before a first step at size {self.workers} ({', '.join(still)})"
+        return None
+
+    def check(self) -> None:
+        sup = self.supervisor
+        phase = self.phase()
+        if phase is None:
+            sup.job.append_event(
+                "scaled", workers=self.workers, seconds=round(time.monotonic() - self.since, 3)
+            )
+            sup.scaling.in_place = None
+        elif self.deadline.expired:
+            sup.scaling.in_place = None
+            sup.fail(
+                f"scaling to {self.workers} workers did not complete within "
+                f"{sup.spec.timeout:g} s: stuck in {phase}"
+            )

@@ -18,6 +18,7 @@ class Entry:
     launched: bool = False  # started by our launcher (else adopted: it reports its own exit)
     host: ProcessId | None = None  # the helper that starts it (mpirun), if any
     last_heard: float | None = None  # monotonic time of its last hello, record or heartbeat
+    last_step_at: float | None = None  # monotonic time its step last changed
 
 
 class ProcessTable:

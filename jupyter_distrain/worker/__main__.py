@@ -15,6 +15,7 @@ supervisor, then runs in the mode the backend chose:
 
 from __future__ import annotations
 
+import faulthandler
 import os
 import signal
 import socket
@@ -27,7 +28,7 @@ from typing import Any
 from .. import contract, control, instrument, metrics
 from ..contract import Env, ProcessId, WorkerChannels
 from ..store import JobDir
-from . import keras_hook
+from . import horovod_hook, keras_hook
 
 
 def _redirect_output(path: Path) -> None:
@@ -173,8 +174,11 @@ def main() -> int:
     metrics.reporter()  # heartbeats from now on: silence means a hung process
     mode = os.environ.get(Env.MODE, "train")
     signal.signal(signal.SIGUSR1, instrument.request_checkpoint)
+    faulthandler.register(signal.SIGUSR2, all_threads=True)  # a hung worker shows its stacks
     if os.environ.get(Env.INSTRUMENT, "1") != "0" and channels.metrics and mode != "server":
         keras_hook.install()
+    if os.environ.get("HOROVOD_ELASTIC"):
+        horovod_hook.install()
     code = run_program(job, path, program, mode, rank)
     sys.stdout.flush()
     sys.stderr.flush()

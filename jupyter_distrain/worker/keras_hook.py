@@ -17,8 +17,6 @@ TensorFlow is never imported here before the user's program imports it.
 
 from __future__ import annotations
 
-import importlib.abc
-import importlib.util
 import inspect
 import os
 import shutil
@@ -31,6 +29,7 @@ from .. import instrument
 from ..contract import Env, WorkerChannels, rank_from
 from ..metrics import reporter
 from ..store import JobDir
+from .patching import patch_on_import
 
 TRAINING_MODULE = "keras.src.engine.training"  # Keras 2.15 (TensorFlow 2.15's tf.keras)
 KERAS_DEFAULT_BATCH = 32
@@ -176,6 +175,8 @@ def _backup_dir(ordinal: int) -> Path | None:
     """
     if os.environ.get(Env.BACKEND) in ("ps", "plain"):
         return None  # BackupAndRestore does not support ParameterServerStrategy
+    if os.environ.get("HOROVOD_ELASTIC"):
+        return None  # elastic Horovod resizes in place: its own state is the checkpoint
     channels = WorkerChannels.from_env()
     job = JobDir(channels.job_dir) if channels else JobDir(instrument.checkpoint_dir().parent)
     base = job.keras_backup_dir() / f"fit-{ordinal}"
@@ -212,30 +213,6 @@ def wrap_fit(training_module: Any) -> None:
     model_cls.fit = fit
 
 
-class _PatchOnImport(importlib.abc.MetaPathFinder):
-    """Runs :func:`wrap_fit` right after Keras's training module has been executed."""
-
-    def find_spec(self, name: str, path: Any = None, target: Any = None) -> Any:
-        if name != TRAINING_MODULE:
-            return None
-        sys.meta_path.remove(self)  # once is enough
-        spec = importlib.util.find_spec(name)
-        if spec is None or spec.loader is None:
-            return None
-        loader = spec.loader
-        original_exec = loader.exec_module
-
-        def exec_module(module: Any) -> None:
-            original_exec(module)
-            wrap_fit(module)
-
-        loader.exec_module = exec_module  # type: ignore[method-assign]
-        return spec
-
-
 def install() -> None:
     """Instrument Keras when (if ever) the program imports it."""
-    if TRAINING_MODULE in sys.modules:
-        wrap_fit(sys.modules[TRAINING_MODULE])
-    else:
-        sys.meta_path.insert(0, _PatchOnImport())
+    patch_on_import(TRAINING_MODULE, wrap_fit)
