@@ -84,3 +84,19 @@ def uses_horovod_elastic(code: str) -> bool:
         if isinstance(node, ast.ImportFrom) and (node.module or "").endswith(".elastic"):
             return True
     return False
+
+
+def elastic_warnings(code: str) -> list[str]:
+    """What in an elastic Horovod cell will keep it from scaling, said before it runs."""
+    try:
+        tree = ast.parse(code)
+    except SyntaxError:
+        return []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute) and node.attr == "TensorFlowState":
+            return [
+                "hvd.elastic.TensorFlowState cannot take in a joining worker in eager mode "
+                "(it broadcasts in its constructor): scaling this job will fail; use "
+                "hvd.elastic.TensorFlowKerasState or KerasState"
+            ]
+    return []

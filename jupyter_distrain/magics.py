@@ -17,7 +17,7 @@ from IPython.core.magic_arguments import (
 )
 
 from . import api
-from .cellcheck import undefined_names
+from .cellcheck import elastic_warnings, undefined_names
 from .contract import ProcessId
 from .follow import follow, follow_async
 from .job import Job, JobFailed
@@ -172,6 +172,8 @@ class DistributedMagics(Magics):
                 stall_timeout=args.stall_timeout,
             ).validate()
             self._warn_undefined(spec)
+            for warning in elastic_warnings(spec.code):
+                print(f"Warning: {warning}.", file=sys.stderr, flush=True)
             job = api.submit(spec, self.shell.user_ns)
         except SpecError as exc:
             raise UsageError(str(exc)) from None

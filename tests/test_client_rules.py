@@ -401,3 +401,11 @@ def test_job_status_round_trips_through_json():
     again = JobStatus.from_dict(data)
     assert again.process(ProcessId("ps", 0)).pid == 12 and again.pids() == [11, 12]
     assert not again.done and JobStatus(state="stopped").done
+
+
+def test_an_elastic_state_that_cannot_take_a_joining_worker_is_warned_about():
+    from jupyter_distrain.cellcheck import elastic_warnings
+
+    assert elastic_warnings("state = hvd.elastic.TensorFlowKerasState(model, opt)") == []
+    (warning,) = elastic_warnings("state = hvd.elastic.TensorFlowState(model.variables)")
+    assert "TensorFlowState cannot take in a joining worker" in warning

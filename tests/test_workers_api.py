@@ -98,6 +98,8 @@ def test_api_and_magic_make_the_same_job_directory(kernel, jobs_root):
     done = await_workers([workers[0]["id"]], wait_for_completion=True, timeout_seconds=30)
     assert not done["failures"]
     wait_for(lambda: Job.attach(workers[0]["job"]).done, 10, what="done")
+    jobs = list_job_dirs(jobs_root)
+    wait_for(lambda: all(j.supervisor_alive() is False for j in jobs), 10, what="supervisors gone")
     layouts = []
     for job in list_job_dirs(jobs_root):
         layouts.append(sorted(str(p.relative_to(job.path)) for p in job.path.rglob("*")))
