@@ -5,13 +5,24 @@
 
 PYTHON ?= python3
 VENV   ?= .venv
+# TF=pinned: TensorFlow 2.15.1 + Horovod built from source (Python <= 3.11);
+# TF=current: TensorFlow 2.20 + tf-keras, no Horovod (Horovod does not build against it).
+# auto: pinned where TensorFlow 2.15.1 installs (Python <= 3.11), else current.
+TF     ?= auto
+CURRENT_VENV ?= .venv-current
 PY     := $(VENV)/bin/python
 PIP    := $(PY) -m pip
 STAMPS := $(VENV)/.stamps
 SUDO   := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-TF_VERSION      := 2.15.1
 HOROVOD_VERSION := 0.28.1
+ifeq ($(TF),auto)
+  override TF := $(shell $(PYTHON) -c 'import sys; print("pinned" if sys.version_info[:2] <= (3, 11) else "current")' 2>/dev/null || echo pinned)
+endif
+TF_PACKAGES.pinned  := tensorflow-cpu==2.15.1
+TF_PACKAGES.current := tensorflow-cpu==2.20.0 tf-keras==2.20.1
+HOROVOD.pinned      := $(STAMPS)/horovod
+PYTEST_ARGS.current := -m "not horovod"
 
 .PHONY: setup demo test lint clean
 
@@ -32,21 +43,21 @@ $(STAMPS)/system:
 	$(PIP) install -q --upgrade "pip>=24" "setuptools<70" wheel packaging
 	@mkdir -p $(STAMPS) && touch $@
 
-$(STAMPS)/tensorflow: $(STAMPS)/system
-	$(PIP) install -q "tensorflow-cpu==$(TF_VERSION)"
+$(STAMPS)/tensorflow-$(TF): $(STAMPS)/system
+	$(PIP) install -q $(TF_PACKAGES.$(TF))
 	@touch $@
 
 # Horovod 0.28.1 ships only as an sdist: built here against the TensorFlow above with
 # MPI and Gloo (~3 min). pip keeps the built wheel in its cache, so a rebuild is instant.
 # The system cmake is used on purpose: PyPI's cmake 4.x rejects Gloo's old CMakeLists.
-$(STAMPS)/horovod: $(STAMPS)/tensorflow
+$(STAMPS)/horovod: $(STAMPS)/tensorflow-pinned
 	HOROVOD_WITH_TENSORFLOW=1 HOROVOD_WITH_MPI=1 HOROVOD_WITH_GLOO=1 \
 	HOROVOD_WITHOUT_PYTORCH=1 HOROVOD_WITHOUT_MXNET=1 \
 	  $(PIP) install -q --no-build-isolation "horovod==$(HOROVOD_VERSION)"
 	$(PY) -c 'import horovod.tensorflow as hvd; assert hvd.gloo_built() and hvd.mpi_built(), "horovod built without gloo or mpi"'
 	@touch $@
 
-$(STAMPS)/package: $(STAMPS)/horovod pyproject.toml
+$(STAMPS)/package: $(STAMPS)/tensorflow-$(TF) $(HOROVOD.$(TF)) pyproject.toml
 	$(PIP) install -q -e ".[dev]"
 	@touch $@
 
@@ -55,10 +66,15 @@ demo: setup
 
 test: setup
 	$(VENV)/bin/ruff check jupyter_distrain tests benchmarks notebooks
-	$(VENV)/bin/pytest
+	$(VENV)/bin/pytest $(PYTEST_ARGS.$(TF))
+ifeq ($(TF),pinned)
+	@echo "== the tests that need no Horovod, on current TensorFlow ($(CURRENT_VENV)) =="
+	$(MAKE) --no-print-directory setup VENV=$(CURRENT_VENV) TF=current
+	$(CURRENT_VENV)/bin/pytest $(PYTEST_ARGS.current)
+endif
 
 lint: setup
 	$(VENV)/bin/ruff check jupyter_distrain tests benchmarks notebooks
 
 clean:
-	rm -rf $(VENV)
+	rm -rf $(VENV) $(CURRENT_VENV)

@@ -15,6 +15,7 @@ from typing import Any
 
 from .cellcheck import check_syntax
 from .follow import follow
+from .frameworks import resolve_keras
 from .job import Job
 from .plugins import BACKENDS, LAUNCHERS, load_plugin
 from .spec import JobSpec, SpecError
@@ -74,14 +75,15 @@ def submit(spec: JobSpec, namespace: Mapping[str, Any] | None = None) -> Job:
     except ValueError as exc:
         raise SpecError(f"--launcher: {exc}") from None
     backend, reason = resolve_backend(spec)
-    resolved = dataclasses.replace(spec, backend=backend)
+    keras, keras_note = resolve_keras(spec.keras)
+    resolved = dataclasses.replace(spec, backend=backend, keras=keras)
     launcher.check_capacity(resolved, load_plugin(BACKENDS, backend)(resolved).slots_needed())
     pushed = pickle_pushed(resolved.push, namespace or {})
     job_dir = JobDir.create(resolved)
     if pushed is not None:
         job_dir.write_pushed(pushed)
     start_supervisor(job_dir)
-    return Job(job_dir, backend_reason=reason)
+    return Job(job_dir, backend_reason=reason, notes=[keras_note] if keras_note else [])
 
 
 def start_supervisor(job: JobDir) -> None:

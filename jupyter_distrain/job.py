@@ -58,9 +58,12 @@ def outcome(job_id: str, status: JobStatus) -> str:
 class Job:
     """A handle on one job: status, logs, stop, scale, wait, result."""
 
-    def __init__(self, job_dir: JobDir | str | Path, backend_reason: str = ""):
+    def __init__(
+        self, job_dir: JobDir | str | Path, backend_reason: str = "", notes: list[str] | None = None
+    ):
         self.dir = job_dir if isinstance(job_dir, JobDir) else JobDir(job_dir)
         self.backend_reason = backend_reason  # why submit() chose the backend ("" if unknown)
+        self.notes = notes or []  # what submit() chose for the user, said once in the cell
 
     @classmethod
     def attach(cls, job_id: str) -> Job:

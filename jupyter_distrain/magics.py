@@ -113,6 +113,11 @@ class DistributedMagics(Magics):
         help="warn when no rank's step advances for this many seconds (0: never)",
     )
     @argument(
+        "--keras",
+        default="auto",
+        help="auto, legacy (tf-keras) or native: the Keras workers use on TensorFlow >= 2.16",
+    )
+    @argument(
         "--batch-size",
         type=int,
         default=None,
@@ -170,6 +175,7 @@ class DistributedMagics(Magics):
                 batch_size=args.batch_size,
                 hang_timeout=args.hang_timeout,
                 stall_timeout=args.stall_timeout,
+                keras=args.keras,
             ).validate()
             self._warn_undefined(spec)
             for warning in elastic_warnings(spec.code):
@@ -183,6 +189,8 @@ class DistributedMagics(Magics):
             f"({job.backend_reason}); launcher {spec.launcher}",
             flush=True,
         )
+        for note in job.notes:
+            print(note, flush=True)
         return job, args, make_view(job)
 
     def _bind_out(self, job: Job) -> None:

@@ -19,6 +19,7 @@ _ENV_KEY_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _IDENTIFIER_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 CONTROLLERS = ("gloo", "mpi")
+KERAS_CHOICES = ("auto", "legacy", "native")
 MAX_SECONDS = 7 * 24 * 3600.0  # --timeout, --hang-timeout
 MAX_GRACE = 3600.0
 MAX_CPU = 4096.0
@@ -49,6 +50,7 @@ class JobSpec:
     batch_size: int | None = None  # images per step, where Keras cannot tell
     hang_timeout: float = 120.0  # seconds a running process may go unheard; 0 turns it off
     stall_timeout: float = 60.0  # seconds without a step on any rank before a warning; 0: off
+    keras: str = "auto"  # auto, legacy (tf-keras) or native; resolved by submit
 
     def validate(self) -> JobSpec:
         """Check every field; raise :class:`SpecError` naming the first bad one."""
@@ -61,6 +63,10 @@ class JobSpec:
         if self.ps and self.backend not in ("auto", "ps"):
             raise SpecError(
                 f"--ps is for the parameter-server backend, not --backend {self.backend}"
+            )
+        if self.keras not in KERAS_CHOICES:
+            raise SpecError(
+                f"--keras must be one of {', '.join(KERAS_CHOICES)}, got {self.keras!r}"
             )
         if self.controller not in CONTROLLERS:
             raise SpecError(

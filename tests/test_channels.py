@@ -106,7 +106,7 @@ def test_collector_stores_fresh_signed_batches_and_counts_everything_else(tmp_pa
     forged = b'{"role":"worker","index":0,"step":99}\n'
     push.send_multipart(seal(b"another-secret", "a", 2, forged))
     push.send_multipart([forged])  # unsigned
-    push.send_multipart(seal(b"job-secret", "b", 1, b"[1]\n\"x\"\n"))  # signed, not objects
+    push.send_multipart(seal(b"job-secret", "b", 1, b'[1]\n"x"\n'))  # signed, not objects
     push.send_multipart([b"0" * (5 * 2**20)])  # over the size limit: dropped by ZeroMQ
     push.send_multipart(seal(b"job-secret", "a", 2, b'{"role":"worker","index":0,"step":3}\n'))
     wait_for(lambda: collector.records == 5, 5, what="delivery")
@@ -130,7 +130,10 @@ def test_reporter_never_raises_and_identity_cannot_be_overridden(tmp_path):
     collector.stop()
     records = [json.loads(x) for x in (tmp_path / "m.jsonl").read_text().split("\n") if x]
     steps = [r for r in records if "step" in r]
-    assert [(r["role"], r["index"], r["step"]) for r in steps] == [("worker", 1, 3), ("worker", 1, 4)]
+    assert [(r["role"], r["index"], r["step"]) for r in steps] == [
+        ("worker", 1, 3),
+        ("worker", 1, 4),
+    ]
     assert steps[0]["loss"] == 0.5 and isinstance(steps[1]["weird"], str)
 
 

@@ -17,6 +17,8 @@ from jupyter_distrain.contract import ProcessId
 # The cell of the issue, verbatim: Horovod's elastic Keras example.
 KERAS_ELASTIC = """\
 import json, os, numpy as np, tensorflow as tf, horovod.tensorflow.keras as hvd
+
+pytestmark = pytest.mark.horovod  # needs Horovod: not run on current TensorFlow
 hvd.init()
 x = np.random.default_rng(0).random((512, 16)).astype("float32"); y = (x.sum(1) > 8).astype("int32")
 model = tf.keras.Sequential([tf.keras.Input((16,)), tf.keras.layers.Dense(32, activation="relu"), tf.keras.layers.Dense(2)])

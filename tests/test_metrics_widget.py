@@ -8,6 +8,7 @@ import json
 import re
 import time
 
+import pytest
 from conftest import only_job, wait_for
 
 from jupyter_distrain import JobSpec, submit
@@ -45,6 +46,7 @@ print("finished", flush=True)
 """
 
 
+@pytest.mark.horovod
 def test_a_keras_job_drives_the_widget(jobs_root):
     job = submit(JobSpec(code="EPOCHS, EPOCH_PAUSE = 4, 0.5\n" + KERAS_FIT, workers=2))
     widget = JobWidget(job)
@@ -80,6 +82,7 @@ def test_a_keras_job_drives_the_widget(jobs_root):
     assert state.metrics_rejected == 0 and state.metrics_records >= 456
 
 
+@pytest.mark.horovod
 def test_attach_after_the_end_replays_every_stored_step(jobs_root):
     job = submit(JobSpec(code="EPOCHS, EPOCH_PAUSE = 2, 0\n" + KERAS_FIT, workers=2))
     job.wait()
@@ -165,6 +168,7 @@ def test_stop_button_works_while_the_cell_runs_and_run_all_waits(kernel, jobs_ro
     assert "next cell ran" in nxt.stdout
 
 
+@pytest.mark.horovod
 def test_scaling_a_keras_job_restarts_it_from_its_checkpoint(jobs_root):
     job = submit(JobSpec(code="EPOCHS, EPOCH_PAUSE = 8, 1.0\n" + KERAS_FIT, workers=2, grace=3))
     log0 = job.dir.log_file(ProcessId("worker", 0))
@@ -216,6 +220,7 @@ print(f"done rank {hvd.rank()} size {hvd.size()} pid {os.getpid()}", flush=True)
 """
 
 
+@pytest.mark.horovod
 def test_elastic_horovod_scales_without_restarting_running_ranks(jobs_root):
     job = submit(JobSpec(code="STEPS = 400\n" + ELASTIC, workers=2, grace=3))
     wait_for(lambda: job.state == "running", 60, what="running")

@@ -320,7 +320,12 @@ def test_mpirun_ranks_are_adopted_on_hello_and_report_their_exits(harness, monke
 def test_parameter_server_rules(harness):
     h = harness(backend="ps", ps=1, code="import tensorflow\n")
     chief, ps0 = ProcessId("chief", 0), ProcessId("ps", 0)
-    assert sorted(str(p.id) for p in h.state.processes) == ["chief-0", "ps-0", "worker-0", "worker-1"]
+    assert sorted(str(p.id) for p in h.state.processes) == [
+        "chief-0",
+        "ps-0",
+        "worker-0",
+        "worker-1",
+    ]
     assert h.state.backend_info["cluster"]["ps"] == ["127.0.0.1:20003"]
     assert h.procs[W0].proc.env[Env.MODE] == "server"
     h.up()

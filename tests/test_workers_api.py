@@ -122,6 +122,7 @@ def test_bad_backend_flags_give_one_line_and_launch_nothing(kernel, jobs_root, f
     assert list_job_dirs(jobs_root) == []
 
 
+@pytest.mark.horovod
 def test_auto_backend_says_what_it_chose_and_why(kernel):
     out = kernel.execute("%%distributed --workers 1\nprint('ok')\n")
     assert out.error is None, out.error_text

@@ -17,6 +17,7 @@ from typing import Any
 
 from ..cellcheck import uses_horovod_elastic
 from ..contract import Env, ProcessId
+from ..frameworks import horovod_missing_reason
 from ..launchers.base import Launcher, ProcessSpec, Slot
 from ..store import ProcessRecord
 from .base import Backend, Outcome, Plan, Services, WorkerCommand
@@ -89,7 +90,7 @@ class HorovodBackend(Backend):
     def available(cls) -> tuple[bool, str]:
         spec = importlib.util.find_spec("horovod")
         if spec is None or not spec.submodule_search_locations:
-            return False, "horovod is not installed"
+            return False, horovod_missing_reason()
         # horovod.tensorflow imports only when its compiled library was built
         libs = Path(spec.submodule_search_locations[0], "tensorflow").glob("mpi_lib*.so")
         if not any(libs):

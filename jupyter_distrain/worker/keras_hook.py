@@ -17,6 +17,8 @@ TensorFlow is never imported here before the user's program imports it.
 
 from __future__ import annotations
 
+import functools
+import importlib
 import inspect
 import os
 import shutil
@@ -31,7 +33,12 @@ from ..metrics import reporter
 from ..store import JobDir
 from .patching import patch_on_import
 
-TRAINING_MODULE = "keras.src.engine.training"  # Keras 2.15 (TensorFlow 2.15's tf.keras)
+# Where each Keras defines Model.fit: (module, class, the package whose callbacks to use)
+FIT_DEFINITIONS = (
+    ("keras.src.engine.training", "Model", "keras"),  # Keras 2.15: TensorFlow 2.15's tf.keras
+    ("tf_keras.src.engine.training", "Model", "tf_keras"),  # tf-keras: legacy Keras on TF 2.16+
+    ("keras.src.backend.tensorflow.trainer", "TensorFlowTrainer", "keras"),  # Keras 3
+)
 KERAS_DEFAULT_BATCH = 32
 
 
@@ -137,7 +144,10 @@ def make_callbacks(keras: Any, images: int | None) -> list[Any]:
     callbacks = [StepMetrics()]
     backup_dir = _backup_dir(_fits)
     _fits += 1
-    if backup_dir is not None:  # kept on a checkpoint exit, deleted when the fit completes
+    # kept on a checkpoint exit, deleted when the fit completes; Keras 3's BackupAndRestore
+    # has no epoch-level backup call to drive, so there fit is measured, not checkpointed
+    keras2 = hasattr(keras.callbacks.BackupAndRestore, "_backup")
+    if backup_dir is not None and keras2:
         callbacks.append(BackupOnRequest(str(backup_dir), delete_checkpoint=True))
     return callbacks
 
@@ -190,14 +200,15 @@ def _backup_dir(ordinal: int) -> Path | None:
     return own
 
 
-def wrap_fit(training_module: Any) -> None:
-    """Replace ``Model.fit`` with a version that adds the callbacks above."""
-    model_cls = training_module.Model
+def wrap_fit(training_module: Any, class_name: str = "Model", package: str = "keras") -> None:
+    """Replace ``fit`` of ``training_module.<class_name>`` with a version that adds the
+    callbacks above (those of Keras ``package``)."""
+    model_cls = getattr(training_module, class_name)
     original = model_cls.fit
     if getattr(original, "_distrain_wrapped", False):
         return
     signature = inspect.signature(original)
-    import keras
+    keras = importlib.import_module(package)
 
     def fit(self: Any, *args: Any, **kwargs: Any) -> Any:
         bound = signature.bind(self, *args, **kwargs)
@@ -214,5 +225,6 @@ def wrap_fit(training_module: Any) -> None:
 
 
 def install() -> None:
-    """Instrument Keras when (if ever) the program imports it."""
-    patch_on_import(TRAINING_MODULE, wrap_fit)
+    """Instrument Keras when (if ever) the program imports it, whichever Keras it is."""
+    for module, class_name, package in FIT_DEFINITIONS:
+        patch_on_import(module, functools.partial(wrap_fit, class_name=class_name, package=package))

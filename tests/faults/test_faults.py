@@ -100,12 +100,13 @@ def test_kill_9_of_the_supervisor_leaves_nothing_and_says_so(report):
 
 
 def test_kill_9_of_a_rank_fails_the_job_naming_it(report):
-    job = start(backend="horovod")
+    job = start(backend="tf")
     os.kill(job.status().process(W1).pid, signal.SIGKILL)
     aftermath(job, "kill -9 rank", report)
     assert job.status().error == "rank 1 failed first (exit code -9)"
 
 
+@pytest.mark.horovod
 def test_kill_9_of_mpirun_fails_the_job_and_ends_its_ranks(report):
     job = start(backend="horovod", controller="mpi")
     os.kill(job.status().helpers[0].pid, signal.SIGKILL)
@@ -115,14 +116,14 @@ def test_kill_9_of_mpirun_fails_the_job_and_ends_its_ranks(report):
 
 def test_a_grandchild_that_setsids_is_gone_when_the_job_ends(report):
     code = LOOP.replace("range(10**6)", "range(50)")
-    job = submit(JobSpec(code=code, workers=2, backend="horovod", grace=1))
+    job = submit(JobSpec(code=code, workers=2, backend="tf", grace=1))
     assert job.wait(timeout=60) == "succeeded"
     row = aftermath(job, "setsid grandchild outliving its rank", report, state="succeeded")
     assert row["lines_on_disk"] == 100
 
 
 def test_a_stopped_rank_is_noticed_within_the_hang_timeout(report):
-    job = start(backend="horovod", hang_timeout=3)
+    job = start(backend="tf", hang_timeout=3)
     pid = job.status().process(W1).pid
     os.kill(pid, signal.SIGSTOP)
     stopped_at = time.monotonic()
@@ -222,6 +223,7 @@ def test_a_port_scan_from_another_host_finds_nothing_of_a_ps_job_then_kill_the_p
     )
 
 
+@pytest.mark.horovod
 def test_a_port_scan_from_another_host_finds_nothing_of_a_horovod_job(other_host, report):
     ns, address = other_host
     job = start(backend="horovod")
@@ -234,7 +236,7 @@ def test_a_port_scan_from_another_host_finds_nothing_of_a_horovod_job(other_host
 
 
 def test_a_flood_of_forged_and_malformed_messages_changes_nothing(report):
-    job = start(LOOP.replace("range(10**6)", "range(400)"), backend="horovod")
+    job = start(LOOP.replace("range(10**6)", "range(400)"), backend="tf")
     ctl = job.dir.read_control()
     control_path = ctl.address.split(":", 1)[1]
     for payload in (
@@ -281,7 +283,7 @@ for i in range(start, start + 10**6):
 
 
 def test_scale_twice_then_stop(report):
-    job = submit(JobSpec(code=CHECKPOINTING, workers=2, backend="horovod", grace=1))
+    job = submit(JobSpec(code=CHECKPOINTING, workers=2, backend="tf", grace=1))
     wait_for(lambda: job.state == "running", 60, what="running")
     job.scale(3)
     job.scale(4)  # a second request before the first is done: the last one wins
@@ -307,7 +309,7 @@ def test_scale_twice_then_stop(report):
 
 def test_scale_during_startup_is_refused_with_one_line(report):
     code = "import time\ntime.sleep(30)\n"
-    spec = JobSpec(code=code, workers=2, backend="horovod", grace=1, python=_slow_python())
+    spec = JobSpec(code=code, workers=2, backend="tf", grace=1, python=_slow_python())
     job = submit(spec)
     wait_for(lambda: job.dir.read_control() is not None, 30, what="the supervisor")
     with pytest.raises(ValueError, match="cannot scale a job that is launching"):
@@ -347,7 +349,7 @@ def test_a_full_disk_stops_the_job_and_says_so(tmp_path, monkeypatch, report):
         chatty = LOOP.replace(
             'print("line", i, flush=True)', 'print("line", i, "x" * 2000, flush=True)'
         )
-        job = submit(JobSpec(code=chatty, workers=2, backend="horovod", grace=1))
+        job = submit(JobSpec(code=chatty, workers=2, backend="tf", grace=1))
         wait_for(lambda: job.status().done, 60, what="the job to end on a full disk")
         status = job.status()
         assert status.state == "failed"
