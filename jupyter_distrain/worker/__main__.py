@@ -169,12 +169,14 @@ def main() -> int:
     except (OSError, SyntaxError, ValueError) as exc:
         print(f"jupyter_distrain: cannot load the program: {exc}", file=sys.stderr)
         return 2  # never said hello: the supervisor counts this process as not started
+    # before the hello: once up, the supervisor may ask for a checkpoint at any moment, and
+    # SIGUSR1's default action would end the process
+    signal.signal(signal.SIGUSR1, instrument.request_checkpoint)
+    faulthandler.register(signal.SIGUSR2, all_threads=True)  # a hung worker shows its stacks
     address = os.environ.get(Env.ADDRESS, "")
     _tell_supervisor(channels, contract.hello(me, os.getpid(), socket.gethostname(), address))
     metrics.reporter()  # heartbeats from now on: silence means a hung process
     mode = os.environ.get(Env.MODE, "train")
-    signal.signal(signal.SIGUSR1, instrument.request_checkpoint)
-    faulthandler.register(signal.SIGUSR2, all_threads=True)  # a hung worker shows its stacks
     if os.environ.get(Env.INSTRUMENT, "1") != "0" and channels.metrics and mode != "server":
         keras_hook.install()
     if os.environ.get("HOROVOD_ELASTIC"):
