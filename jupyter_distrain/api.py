@@ -77,7 +77,8 @@ def submit(spec: JobSpec, namespace: Mapping[str, Any] | None = None) -> Job:
     backend, reason = resolve_backend(spec)
     keras, keras_note = resolve_keras(spec.keras)
     resolved = dataclasses.replace(spec, backend=backend, keras=keras)
-    launcher.check_capacity(resolved, load_plugin(BACKENDS, backend)(resolved).slots_needed())
+    processes = load_plugin(BACKENDS, backend)(resolved).slots_needed()
+    resolved = launcher.check_capacity(resolved, processes)
     pushed = pickle_pushed(resolved.push, namespace or {})
     job_dir = JobDir.create(resolved)
     if pushed is not None:

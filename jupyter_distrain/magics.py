@@ -79,6 +79,8 @@ class DistributedMagics(Magics):
     @argument("--controller", default="gloo", help="horovod controller: gloo (default) or mpi")
     @argument("--cpu", type=float, default=None, help="CPU cores per worker (affinity/quota)")
     @argument("--memory", type=float, default=None, help="GiB of memory per worker (enforced)")
+    @argument("--gpus", type=int, default=0, help="GPUs per worker (CUDA_VISIBLE_DEVICES)")
+    @argument("--gpu-ids", default=None, metavar="IDS", help="the GPUs to use, comma-separated")
     @argument(
         "--env",
         action="append",
@@ -166,6 +168,8 @@ class DistributedMagics(Magics):
                 controller=args.controller,
                 cpu=args.cpu,
                 memory=args.memory,
+                gpus=args.gpus,
+                gpu_ids=parse_names(args.gpu_ids),
                 env=parse_env_pairs(args.env),
                 name=args.name,
                 timeout=args.timeout,
@@ -260,7 +264,8 @@ class DistributedMagics(Magics):
         for p in [*status.processes, *status.helpers]:
             code = "" if p.exit_code is None else f" (exit {p.exit_code})"
             label, pid = str(p.id), p.pid or "-"
-            print(f"  {label:<10} pid {pid:<8} {p.host:<12} {p.state}{code}")
+            gpus = f"  gpu {','.join(p.gpus)}" if p.gpus else ""
+            print(f"  {label:<10} pid {pid:<8} {p.host:<12} {p.state}{code}{gpus}")
 
     def _attach(self, job: Job) -> Job:
         status = job.status()

@@ -51,6 +51,8 @@ class JobSpec:
     hang_timeout: float = 120.0  # seconds a running process may go unheard; 0 turns it off
     stall_timeout: float = 60.0  # seconds without a step on any rank before a warning; 0: off
     keras: str = "auto"  # auto, legacy (tf-keras) or native; resolved by submit
+    gpus: int = 0  # GPUs per worker (and chief); ps get none
+    gpu_ids: list[str] = field(default_factory=list)  # the devices to use (default: all)
 
     def validate(self) -> JobSpec:
         """Check every field; raise :class:`SpecError` naming the first bad one."""
@@ -74,6 +76,10 @@ class JobSpec:
             )
         _number("--cpu", self.cpu, "a number of cores > 0", low=0, high=MAX_CPU, optional=True)
         _number("--memory", self.memory, "a number of GiB > 0", low=0, high=MAX_GIB, optional=True)
+        if not isinstance(self.gpus, int) or isinstance(self.gpus, bool) or self.gpus < 0:
+            raise SpecError(f"--gpus must be a whole number >= 0, got {self.gpus!r}")
+        if self.gpu_ids and not self.gpus:
+            raise SpecError("--gpu-ids needs --gpus N (the GPUs each worker gets)")
         if self.batch_size is not None and self.batch_size < 1:
             raise SpecError(f"--batch-size must be >= 1, got {self.batch_size!r}")
         _number("--timeout", self.timeout, "a number of seconds > 0", low=0, high=MAX_SECONDS)

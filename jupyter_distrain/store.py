@@ -63,6 +63,7 @@ class ProcessRecord:
     ended: float | None = None
     log: str = ""
     create_time: float | None = None  # the OS's start time of ``pid``: with it, a pid is exact
+    gpus: list[str] = field(default_factory=list)  # CUDA devices given (CUDA_VISIBLE_DEVICES)
     stopped: bool = False  # ended on request (stop_workers), not by failing
     generation: int = 0  # how many times the job was restarted (scaled) before this process
     hosts: list[str] = field(default_factory=list)  # a helper (mpirun): the processes it starts

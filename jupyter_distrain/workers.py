@@ -37,6 +37,7 @@ def launch_workers(
     cpu: float | None = None,
     memory: float | None = None,
     script: str | None = None,
+    gpus: int = 0,
     code: str | None = None,
     launcher: str = "local",
     env: Mapping[str, str] | None = None,
@@ -55,6 +56,7 @@ def launch_workers(
         launcher=launcher,
         cpu=cpu,
         memory=memory,
+        gpus=gpus,
         env=dict(env or {}),
         name=name,
         timeout=timeout,
@@ -157,6 +159,7 @@ def run_cluster(
     cpu: float | None = None,
     memory: float | None = None,
     worker_script: str = "train.py",
+    gpus: int = 0,
     timeout_seconds: float = 60,
     launcher: str = "local",
 ) -> tuple[dict[str, list[str]], str]:
@@ -184,6 +187,7 @@ def run_cluster(
         launcher=launcher,
         cpu=cpu,
         memory=memory,
+        gpus=gpus,
         name="cluster",
         timeout=timeout_seconds,
     )

@@ -409,3 +409,19 @@ def test_an_elastic_state_that_cannot_take_a_joining_worker_is_warned_about():
     assert elastic_warnings("state = hvd.elastic.TensorFlowKerasState(model, opt)") == []
     (warning,) = elastic_warnings("state = hvd.elastic.TensorFlowState(model.variables)")
     assert "TensorFlowState cannot take in a joining worker" in warning
+
+
+def test_images_per_sec_is_a_windowed_rate_that_ranks_in_lock_step_share():
+    from jupyter_distrain.instrument import RateWindow
+
+    # two ranks in lock-step: each step one waits in the allreduce, alternating
+    fast, slow = RateWindow(), RateWindow()
+    end, shown = 0.0, []
+    for step in range(200):
+        end += 0.01
+        a, b = (0.004, 0.01) if step % 2 else (0.01, 0.004)
+        shown.append((fast.add(end, 64, a), slow.add(end, 64, b)))
+    ra, rb = shown[-1]
+    assert abs(ra - rb) / ra < 0.02 and abs(ra - 6400) / 6400 < 0.02  # 64 images per 10 ms
+    assert len(fast.steps) <= 301  # only the last 3 s are kept
+    assert RateWindow().add(5.0, 32, 0.5) == 64.0  # a first step: its own rate

@@ -54,6 +54,7 @@ class LaunchedProcess(ABC):
     pid: int
     host: str = "localhost"
     create_time: float | None = None  # the OS's start time: (pid, create_time) is exact
+    gpus: list[str] = []  # the GPU devices it was given (set per process by start)
 
     @abstractmethod
     def wait(self) -> int:
@@ -86,9 +87,11 @@ class Launcher(ABC):
         self.job = job
 
     @classmethod
-    def check_capacity(cls, spec: JobSpec, processes: int) -> None:
+    def check_capacity(cls, spec: JobSpec, processes: int) -> JobSpec:
         """Raise ``SpecError`` (one line naming the flag) when this launcher cannot place
-        ``processes`` processes of ``spec``; called before anything is launched."""
+        ``processes`` processes of ``spec``; called before anything is launched. Returns
+        the spec with what the launcher chose for it (the GPUs to use)."""
+        return spec
 
     @classmethod
     def isolate(cls) -> str | None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import dataclasses
 import os
 import signal
 import subprocess
@@ -16,6 +17,7 @@ import psutil
 
 from ..spec import JobSpec, SpecError
 from ..store import JobStatus
+from . import gpus
 from .base import LaunchedProcess, Launcher, ProcessSpec, Slot
 from .isolation import private_network
 from .limits import CpuQuota, cpu_set, thread_env
@@ -148,11 +150,12 @@ class LocalLauncher(Launcher):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self._quotas: list[CpuQuota] = []
+        self._gpus = gpus.GpuAllocator(self.spec)
         self._started: set[int] = set()
         _prctl(_PR_SET_CHILD_SUBREAPER, 1)
 
     @classmethod
-    def check_capacity(cls, spec: JobSpec, processes: int) -> None:
+    def check_capacity(cls, spec: JobSpec, processes: int) -> JobSpec:
         cores = len(os.sched_getaffinity(0))
         limit = max(MIN_PROCESS_LIMIT, PROCESSES_PER_CORE * cores)
         what = f"--workers {spec.workers}" + (f" --ps {spec.ps}" if spec.ps else "")
@@ -173,6 +176,8 @@ class LocalLauncher(Launcher):
                 f"--memory {spec.memory:g}: {processes} processes need "
                 f"{spec.memory * processes:g} GiB; this machine has {total:.1f} GiB"
             )
+        devices = gpus.choose(spec, processes, gpus.discover() if spec.gpus else [])
+        return dataclasses.replace(spec, gpu_ids=devices)
 
     @classmethod
     def isolate(cls) -> str | None:
@@ -185,6 +190,9 @@ class LocalLauncher(Launcher):
 
     def start(self, proc: ProcessSpec, log_path: Path) -> LaunchedProcess:
         env = {**os.environ, **thread_env(self.spec.cpu), **self.spec.env, **proc.env}
+        devices = self._gpus.take(proc.id)
+        if devices is not None:
+            env["CUDA_VISIBLE_DEVICES"] = ",".join(devices)
         cpus = cpu_set(proc.slot.index, self.spec.cpu) if proc.slot is not None else None
 
         def preexec() -> None:
@@ -208,7 +216,9 @@ class LocalLauncher(Launcher):
             quota = CpuQuota(f"{self.job.id}-{proc.id}", self.spec.cpu)
             quota.add(popen.pid)
             self._quotas.append(quota)
-        return LocalProcess(popen)
+        handle = LocalProcess(popen)
+        handle.gpus = devices or []
+        return handle
 
     def adopt(self, pid: int, host: str) -> LaunchedProcess | None:
         try:

@@ -86,6 +86,7 @@ def make_callbacks(keras: Any, images: int | None) -> list[Any]:
             self.step = 0
             self.total_steps: int | None = None
             self.epoch = 0
+            self.rates = instrument.RateWindow()
 
         def on_train_begin(self, logs: Any = None) -> None:
             steps, epochs = self.params.get("steps"), self.params.get("epochs")
@@ -100,11 +101,12 @@ def make_callbacks(keras: Any, images: int | None) -> list[Any]:
             self.start = time.perf_counter()
 
         def on_train_batch_end(self, batch: int, logs: Any = None) -> None:
-            seconds = time.perf_counter() - self.start
+            end = time.perf_counter()
             self.step += 1
             record: dict[str, Any] = {"step": self.step, "time": time.time(), "epoch": self.epoch}
             if images:
-                record.update(images=images, images_per_sec=images / seconds)
+                rate = self.rates.add(end, images, end - self.start)
+                record.update(images=images, images_per_sec=rate)
             # under ParameterServerStrategy logs are a RemoteValue: fetching it would wait
             # for the step (Keras only schedules it here), so the loss is left out
             loss = logs.get("loss") if isinstance(logs, dict) else None
