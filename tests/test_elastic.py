@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import re
 
+import pytest
 from conftest import wait_for
 from jobscan import processes_of
 from test_metrics_widget import ELASTIC
@@ -15,10 +16,10 @@ from jupyter_distrain import JobSpec, submit
 from jupyter_distrain.contract import ProcessId
 
 # The cell of the issue, verbatim: Horovod's elastic Keras example.
+pytestmark = pytest.mark.horovod  # needs Horovod: not run on current TensorFlow
+
 KERAS_ELASTIC = """\
 import json, os, numpy as np, tensorflow as tf, horovod.tensorflow.keras as hvd
-
-pytestmark = pytest.mark.horovod  # needs Horovod: not run on current TensorFlow
 hvd.init()
 x = np.random.default_rng(0).random((512, 16)).astype("float32"); y = (x.sum(1) > 8).astype("int32")
 model = tf.keras.Sequential([tf.keras.Input((16,)), tf.keras.layers.Dense(32, activation="relu"), tf.keras.layers.Dense(2)])
@@ -105,6 +106,15 @@ def test_a_resize_that_cannot_complete_fails_naming_its_phase(jobs_root):
     assert status.state == "failed"
     assert status.error.startswith("scaling to 3 workers did not complete within 25 s: stuck in ")
     wait_for(lambda: not processes_of(job.dir.path), 15, what="nothing left")
+
+
+def test_an_elastic_job_whose_every_rank_fails_is_failed_not_succeeded(jobs_root):
+    code = ELASTIC.replace("hvd.init()", "hvd.init()\nraise ValueError('bad data')", 1)
+    job = submit(JobSpec(code="STEPS = 10\n" + code, workers=2, grace=2))
+    wait_for(lambda: job.status().done, 120, what="the end")
+    status = job.status()
+    assert status.state == "failed", status
+    assert status.error.startswith("every elastic worker failed (localhost[0] exit code 1")
 
 
 def test_a_stall_is_said_in_the_cell_naming_the_ranks(kernel):

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import re
 
+import pytest
+
+pytestmark = pytest.mark.horovod  # needs Horovod: not run on current TensorFlow
+
 ALLREDUCE = """\
 import horovod.tensorflow as hvd
 import tensorflow as tf
-
-pytestmark = pytest.mark.horovod  # needs Horovod: not run on current TensorFlow
 hvd.init()
 total = hvd.allreduce(tf.constant(float(hvd.rank() + 1)), op=hvd.Sum)
 print(f"rank {hvd.rank()} size {hvd.size()} sum {float(total)}")

@@ -102,7 +102,7 @@ class ElasticRun(Services):
     def _wait_results(self) -> None:
         results = self.driver.get_results()
         assert self.host is not None
-        self.host.backend_done(results.error_message)
+        self.host.backend_done(results.error_message or _all_failed(results.worker_results))
 
     def resize(self, workers: int) -> bool:
         host = next(iter(self.discovery.hosts))
@@ -113,3 +113,13 @@ class ElasticRun(Services):
         if not self.driver.finished():
             self.driver.stop()
         self.rendezvous.stop()
+
+
+def _all_failed(worker_results: dict[str, tuple[int, float]]) -> str | None:
+    """The driver ends without an error when every worker failed at once (it has nobody
+    left to retry with): that is a failure, not a success."""
+    codes = {name: code for name, (code, _) in worker_results.items()}
+    if not codes or any(code == 0 for code in codes.values()):
+        return None
+    listed = ", ".join(f"{name} exit code {code}" for name, code in sorted(codes.items()))
+    return f"every elastic worker failed ({listed})"
