@@ -419,3 +419,14 @@ def test_a_stall_is_said_once_naming_the_ranks_and_their_steps(harness):
     warnings = h.state.warnings
     assert len(warnings) == 1 and warnings[0].startswith("training stalled: no step since")
     assert warnings[0].endswith("rank 0 at step 7, rank 1 at step 7")
+
+
+def test_a_second_scale_request_changes_the_size_without_signalling_again(harness):
+    # a second SIGUSR1 can reach a rank that has checkpointed and is shutting down, when
+    # Python has given the signal its default action back: it died of it (exit -10)
+    h = harness(backend="tf")
+    h.up()
+    h.ask(ev.ScaleRequested(3))
+    h.ask(ev.ScaleRequested(4))
+    assert [p.signals for p in h.procs.values()] == [[signal.SIGUSR1]] * 2
+    assert h.state.scaling_to == 4

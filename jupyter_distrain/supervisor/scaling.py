@@ -48,12 +48,14 @@ class Scaling:
             sup.job.append_event("scaled_in_place", workers=workers)
             self.in_place = InPlace(workers, previous, sup)
             return
+        asked = self.target is not None  # the members were asked already: the new size wins
         self.target = workers
-        self.deadline = Deadline(SCALE_TIMEOUT_SECONDS)
         sup.status.scaling_to = workers
-        for entry in sup.table.live_members():
-            if entry.handle is not None:
-                entry.handle.signal(signal.SIGUSR1)
+        if not asked:
+            self.deadline = Deadline(SCALE_TIMEOUT_SECONDS)
+            for entry in sup.table.live_members():
+                if entry.handle is not None:
+                    entry.handle.signal(signal.SIGUSR1)
         sup.save()
 
     @property

@@ -182,6 +182,9 @@ def main() -> int:
     if os.environ.get("HOROVOD_ELASTIC"):
         horovod_hook.install()
     code = run_program(job, path, program, mode, rank)
+    # Python gives SIGUSR1 back its default action while it shuts down: a checkpoint
+    # request arriving then would kill the process that just checkpointed
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGUSR1})
     sys.stdout.flush()
     sys.stderr.flush()
     metrics.close_reporter()  # the last records arrive before the bye
