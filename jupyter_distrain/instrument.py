@@ -38,15 +38,17 @@ class RateWindow:
     def __init__(self, seconds: float = RATE_WINDOW_SECONDS):
         self.seconds = seconds
         self.steps: deque[tuple[float, float, float]] = deque()  # (end, images, duration)
+        self.images = 0.0  # in the window: a running sum, so a step costs O(1)
 
     def add(self, end: float, images: float, duration: float) -> float:
         """Record a step that ended at ``end`` (monotonic seconds); the windowed rate."""
         self.steps.append((end, images, duration))
+        self.images += images
         while len(self.steps) > 1 and end - self.steps[1][0] >= self.seconds:
-            self.steps.popleft()
+            self.images -= self.steps.popleft()[1]
         first_end, _, first_duration = self.steps[0]
         span = end - (first_end - first_duration)
-        return sum(n for _, n, _ in self.steps) / span if span > 0 else 0.0
+        return self.images / span if span > 0 else 0.0
 
 
 _rates = RateWindow()
