@@ -94,12 +94,14 @@ def plugins(group: str, name: str) -> type:
 class Harness:
     """A supervisor over a real job directory, pumped by the test."""
 
-    def __init__(self, **fields):
+    def __init__(self, isolation_warning: str | None = None, **fields):
         fields = {"code": "pass\n", "workers": 2, "backend": "tf", "grace": 0.2, **fields}
         self.job = JobDir.create(JobSpec(**fields))
         self.inbox = ev.Inbox()
         worker = WorkerCommand(["python", "-m", "jupyter_distrain.worker"], {Env.BACKEND: "x"})
-        self.sup = Supervisor(self.job, self.inbox, worker, plugins=plugins)
+        self.sup = Supervisor(
+            self.job, self.inbox, worker, plugins=plugins, isolation_warning=isolation_warning
+        )
         self.sup.launch()
         self.start_all()
 
@@ -430,3 +432,12 @@ def test_a_second_scale_request_changes_the_size_without_signalling_again(harnes
     h.ask(ev.ScaleRequested(4))
     assert [p.signals for p in h.procs.values()] == [[signal.SIGUSR1]] * 2
     assert h.state.scaling_to == 4
+
+
+def test_without_isolation_the_open_ports_are_named_once(harness):
+    h = harness(isolation_warning="no private network namespace (Operation not permitted)")
+    (warning,) = h.state.warnings
+    assert warning == (
+        "no private network namespace (Operation not permitted): reachable from other hosts: "
+        "TensorFlow gRPC (unauthenticated) on ports 20000, 20001"
+    )

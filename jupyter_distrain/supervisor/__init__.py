@@ -67,9 +67,13 @@ def supervise(job: JobDir) -> None:
         [spec.python or sys.executable, "-m", "jupyter_distrain.worker"], channels.worker_env(spec)
     )
     supervisor = Supervisor(
-        job, inbox, worker, counts=channels.metrics_counts, publish=channels.publish
+        job,
+        inbox,
+        worker,
+        counts=channels.metrics_counts,
+        publish=channels.publish,
+        isolation_warning=warning,
     )
-    supervisor.isolation_warning = warning
     if warning:
         log.warning("%s", warning)
     for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):  # posted: a handler never blocks

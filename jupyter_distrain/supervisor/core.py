@@ -59,9 +59,11 @@ class Supervisor:
         counts: Callable[[], tuple[int, int]] = lambda: (0, 0),
         publish: Callable[[dict[str, Any]], None] = lambda state: None,
         plugins: Callable[[str, str], type] = load_plugin,
+        isolation_warning: str | None = None,
     ):
         """``counts`` and ``publish`` connect the channels (metrics counts, the state that
-        ``status`` requests answer); ``plugins`` finds launcher and backend classes."""
+        ``status`` requests answer); ``plugins`` finds launcher and backend classes;
+        ``isolation_warning`` says why the launcher could not isolate the job, if so."""
         self.job = job
         self.spec = job.read_spec()
         self.inbox = inbox
@@ -69,7 +71,7 @@ class Supervisor:
         self.counts = counts
         self.publish = publish
         self.plugins = plugins
-        self.isolation_warning: str | None = None  # set when the launcher could not isolate
+        self.isolation_warning = isolation_warning
         self.status = JobStatus(
             backend=self.spec.backend,
             launcher=self.spec.launcher,
@@ -172,10 +174,6 @@ class Supervisor:
         log.info("job %s -> %s %s", self.job.id, state, event or "")
         self.job.append_event("state", state=state, **event)
         self.save()
-
-    @staticmethod
-    def time() -> float:
-        return time.time()
 
     def log_tail(self, record: Any) -> str:
         return last_lines(self.job.log_file(record.id), TAIL_LINES)

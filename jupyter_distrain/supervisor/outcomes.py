@@ -42,7 +42,7 @@ class ProcessEvents:
         entry.last_heard = time.monotonic()
         sup.job.append_event("process_up", process=str(record.id), pid=record.pid)
         if sup.status.state == "launching" and sup.table.all_up():
-            sup.status.running_at = sup.time()
+            sup.status.running_at = time.time()
             ready = round(sup.status.running_at - (sup.status.created or 0), 3)
             sup.set_state("running", seconds_to_running=ready)
         else:
