@@ -149,3 +149,22 @@ def test_startup_timeout_names_the_processes_that_did_not_come_up(jobs_root, tmp
     assert "startup timeout" in message
     assert "chief-0" in message and "worker-0" in message and "ps-0" in message
     wait_for(lambda: not any(running(p) for p in job.pids()), 10, what="processes gone")
+
+
+def test_a_seed_chief_waits_for_a_worker_whose_server_starts_late(jobs_root, tmp_path):
+    # with gRPC's fail-fast (right for ParameterServerStrategy) the chief's TF1 session
+    # failed at once on a worker still starting: "failed to connect to all addresses"
+    script = tmp_path / "train.py"
+    script.write_text(
+        "import os, time\n"
+        "import tensorflow as tf\n"
+        "if os.environ['JUPYTER_DISTRAIN_RANK'] == '1':\n"
+        "    time.sleep(4)  # this worker's server starts 4 s after the others\n"
+        "def run(cluster, server, task_index):\n"
+        "    with tf.compat.v1.Session(server.target) as sess:\n"
+        "        print('task', task_index, 'sees', sess.run(tf.constant(41) + 1), flush=True)\n"
+    )
+    cluster, _ = run_cluster(n_workers=2, n_ps=1, worker_script=str(script), timeout_seconds=60)
+    job = Job.attach(list_job_dirs(jobs_root)[0].id)
+    assert job.wait(timeout=120) == "succeeded"
+    assert "task 0 sees 42" in job.logs(ProcessId("worker", 0))

@@ -52,8 +52,11 @@ class ParameterServerBackend(Backend):
     def prepare(self, slots: list[Slot], launcher: Launcher, worker: WorkerCommand) -> Plan:
         placed = assign_roles(slots, self.roles())
         cluster = cluster_of(placed, launcher)
-        # what TensorFlow's tutorial sets: RPCs fail fast, so the coordinator retries
-        procs = tf_config_processes(placed, cluster, worker, GRPC_FAIL_FAST="use_caller")
+        # ParameterServerStrategy: what TensorFlow's tutorial sets (RPCs fail fast, so its
+        # coordinator retries elsewhere). Not in seed mode: a TF1 session opened on the
+        # chief must wait for servers still starting, not fail on the first refusal.
+        fail_fast = {} if self.seed_mode else {"GRPC_FAIL_FAST": "use_caller"}
+        procs = tf_config_processes(placed, cluster, worker, **fail_fast)
         for proc in procs:
             if self.seed_mode:
                 proc.env[Env.MODE] = "seed"

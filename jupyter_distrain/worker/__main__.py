@@ -93,8 +93,14 @@ def run_seed(namespace: dict[str, Any]) -> None:
     server = tf.compat.v1.train.Server(cluster, job_name=role, task_index=index)
     if role == "ps":
         server.join()
-    else:
-        namespace["run"](cluster, server, index)
+        return
+    namespace["run"](cluster, server, index)
+    if index != 0:
+        # the chief's session may still need this task's server (a TF1 session opened
+        # without device filters asks every task): serve until the chief ends, when the
+        # supervisor stops the rest
+        print(f"jupyter_distrain: worker {index} done; serving until the chief ends", flush=True)
+        server.join()
 
 
 def run_program(job: JobDir, path: Path, program: CodeType, mode: str, rank: int) -> int:
