@@ -59,6 +59,14 @@ def _parse(line: bytes) -> dict[str, Any] | None:
 
 def verify(secret: str, line: bytes, now: float | None = None) -> dict[str, Any] | None:
     """The body of a correctly signed, fresh request, else None (no replay check)."""
+    checked = _checked(secret, line, now)
+    return checked[0] if checked else None
+
+
+def _checked(
+    secret: str, line: bytes, now: float | None = None
+) -> tuple[dict[str, Any], str] | None:
+    """(body, nonce) of a correctly signed, fresh request."""
     message = _parse(line)
     if message is None:
         return None
@@ -71,7 +79,7 @@ def verify(secret: str, line: bytes, now: float | None = None) -> dict[str, Any]
     if abs(now - sent) > FRESH_SECONDS:
         return None
     expected = sign(secret, {"body": body, "nonce": nonce, "time": sent})
-    return body if hmac.compare_digest(expected, sig) else None
+    return (body, nonce) if hmac.compare_digest(expected, sig) else None
 
 
 class ReplayGuard:
@@ -82,8 +90,8 @@ class ReplayGuard:
         self._seen: dict[str, float] = {}
         self._lock = threading.Lock()
 
-    def first_time(self, line: bytes) -> bool:
-        nonce, now = str((_parse(line) or {}).get("nonce")), time.time()
+    def first_time(self, nonce: str) -> bool:
+        now = time.time()
         with self._lock:
             if len(self._seen) > 1000:
                 horizon = now - 2 * FRESH_SECONDS
@@ -139,10 +147,11 @@ class ControlServer:
 
     def answer(self, line: bytes, handler: Handler) -> dict[str, Any]:
         """The reply to one request line."""
-        body = verify(self.secret, line)
-        if body is None or not self.replays.first_time(line):
+        checked = _checked(self.secret, line)
+        if checked is None or not self.replays.first_time(checked[1]):
             self.rejected += 1
             return {"ok": False, "error": "bad signature"}
+        body = checked[0]
         try:
             return {"ok": True, **handler(body)}
         except Exception as exc:  # report, keep serving

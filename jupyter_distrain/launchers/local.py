@@ -79,7 +79,24 @@ def same_process(pid: int | None, create_time: float | None) -> psutil.Process |
     return None
 
 
-class LocalProcess(LaunchedProcess):
+class _KnownProcess(LaunchedProcess):
+    """Signals and memory through a ``psutil.Process`` (pid and start time), which refuses
+    a pid that another process has reused since."""
+
+    process: psutil.Process
+
+    def signal(self, sig: int, tree: bool = False) -> None:
+        if tree:
+            signal_tree(self.process, sig)
+            return
+        with contextlib.suppress(psutil.NoSuchProcess):
+            self.process.send_signal(sig)
+
+    def memory_bytes(self) -> int:
+        return tree_rss(self.process)
+
+
+class LocalProcess(_KnownProcess):
     """A process this launcher started."""
 
     def __init__(self, popen: subprocess.Popen[bytes]):
@@ -94,20 +111,10 @@ class LocalProcess(LaunchedProcess):
     def poll(self) -> int | None:
         return self.popen.poll()
 
-    def signal(self, sig: int, tree: bool = False) -> None:
-        if tree:
-            signal_tree(self.process, sig)
-        elif self.poll() is None:
-            with contextlib.suppress(ProcessLookupError):
-                self.popen.send_signal(sig)
 
-    def memory_bytes(self) -> int:
-        return tree_rss(self.process) if self.poll() is None else 0
-
-
-class AdoptedProcess(LaunchedProcess):
-    """A process another of ours started (an MPI rank). Known by pid and start time, so a
-    reused pid is never mistaken for it. Its exit code is what it reports itself."""
+class AdoptedProcess(_KnownProcess):
+    """A process another of ours started (an MPI rank). Its exit code is what it reports
+    itself (bye), so here it is only alive or not."""
 
     def __init__(self, pid: int):
         self.pid = pid
@@ -125,16 +132,6 @@ class AdoptedProcess(LaunchedProcess):
         while self.poll() is None:
             time.sleep(ADOPTED_POLL_SECONDS)
         return 0
-
-    def signal(self, sig: int, tree: bool = False) -> None:
-        if tree:
-            signal_tree(self.process, sig)
-            return
-        with contextlib.suppress(psutil.NoSuchProcess):
-            self.process.send_signal(sig)  # psutil refuses a reused pid
-
-    def memory_bytes(self) -> int:
-        return tree_rss(self.process)
 
 
 class LocalLauncher(Launcher):

@@ -53,8 +53,7 @@ class Generation:
         self.plan = self.backend.prepare(slots, self.launcher, self.worker)
         self.pending = list(self.plan.processes)
         for proc in self.pending:
-            host = proc.slot.host if proc.slot else "localhost"
-            self.table.add(proc.id, host, proc.rank, helper=bool(proc.hosts))
+            self._row(proc)
             for member, slot in proc.hosts.items():
                 self.table.add(member, slot.host, member.index).host = proc.id
         return self.plan
@@ -79,8 +78,7 @@ class Generation:
         """Start one process of the plan (or of the backend's driver) and record it."""
         entry = self.table.entry(proc.id)
         if entry is None or entry.handle is not None:  # new, or a new one in an ended's slot
-            host = proc.slot.host if proc.slot else "localhost"
-            entry = self.table.add(proc.id, host, proc.rank, helper=bool(proc.hosts))
+            entry = self._row(proc)
         proc.env.update(identity_env(proc.id, proc.slot.address if proc.slot else None))
         log_path = self.job.log_file(proc.id)
         handle = self.launcher.start(proc, log_path)
@@ -88,6 +86,10 @@ class Generation:
         self.job.append_event("launch", process=str(proc.id), pid=handle.pid, rank=proc.rank)
         threading.Thread(target=self._wait, args=(entry, handle), daemon=True).start()
         return handle
+
+    def _row(self, proc: ProcessSpec) -> Entry:
+        host = proc.slot.host if proc.slot else "localhost"
+        return self.table.add(proc.id, host, proc.rank, helper=bool(proc.hosts))
 
     def _wait(self, entry: Entry, handle: LaunchedProcess) -> None:
         self.on_exit(Exited(entry.record.id, handle, handle.wait()))
