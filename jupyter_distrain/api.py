@@ -79,6 +79,7 @@ def submit(spec: JobSpec, namespace: Mapping[str, Any] | None = None) -> Job:
     resolved = dataclasses.replace(spec, backend=backend, keras=keras)
     processes = load_plugin(BACKENDS, backend)(resolved).slots_needed()
     resolved = launcher.check_capacity(resolved, processes)
+    resolved = launcher.choose_pool(resolved, dict(os.environ))
     pushed = pickle_pushed(resolved.push, namespace or {})
     job_dir = JobDir.create(resolved)
     if pushed is not None:

@@ -73,6 +73,11 @@ class Env:
     INSTRUMENT = "JUPYTER_DISTRAIN_INSTRUMENT"  # "0" turns the Keras instrumentation off
     # MPI path: one mpirun starts every rank; each names itself from its MPI rank
     IDENTITY_FROM_MPI = "JUPYTER_DISTRAIN_IDENTITY_FROM_MPI"
+    # the warm worker pool (user settings)
+    POOL = "JUPYTER_DISTRAIN_POOL"  # "0" turns it off
+    POOL_SIZE = "JUPYTER_DISTRAIN_POOL_SIZE"  # idle processes per pool, at most
+    POOL_IDLE = "JUPYTER_DISTRAIN_POOL_IDLE"  # seconds a pool stays unused before it ends
+    POOL_MEMORY = "JUPYTER_DISTRAIN_POOL_MEMORY"  # GiB all idle processes of a pool may hold
 
 
 MODES = ("train", "server", "seed")

@@ -50,6 +50,8 @@ def _line_parser() -> MagicArgumentParser:
     parser = MagicArgumentParser(prog="%distributed", add_help=False)
     sub = parser.add_subparsers(dest="command", parser_class=MagicArgumentParser)
     sub.add_parser("list", help="list every job")
+    pool = sub.add_parser("pool", help="list the warm pools (idle processes, memory)")
+    pool.add_argument("--clear", action="store_true", help="end every idle pooled process")
     for name, text in (
         ("status", "show a job's state and its processes"),
         ("stop", "stop every process of a job"),
@@ -63,6 +65,26 @@ def _line_parser() -> MagicArgumentParser:
     logs.add_argument("job")
     logs.add_argument("--rank", type=int, default=None, help="only this rank's log")
     return parser
+
+
+def _print_pools(clear: bool) -> None:
+    from .pool import client
+
+    if clear:
+        print(f"Asked {client.drain()} pool(s) to end their idle processes.")
+        return
+    pools = client.list_pools()
+    if not pools:
+        print("no warm pools (one fills after a job of the horovod, tf or ps backend ends)")
+    for info in pools:
+        print(
+            f"{info.name}: {info.kind} for {info.python}; keeper pid {info.keeper}; "
+            f"{len(info.idle)} idle, {len(info.starting)} starting, {len(info.claimed)} running "
+            f"a job; {info.memory_bytes / 2**20:.0f} MiB idle; ends after "
+            f"{info.idle_seconds:g} s unused"
+        )
+        if info.error:
+            print(f"  error: {info.error}")
 
 
 @magics_class
@@ -126,6 +148,11 @@ class DistributedMagics(Magics):
         help="images per step for the metrics, where Keras cannot tell",
     )
     @argument(
+        "--no-pool",
+        action="store_true",
+        help="start every process cold, never from the warm pool",
+    )
+    @argument(
         "--background", action="store_true", help="return a Job handle at once instead of waiting"
     )
     @line_cell_magic
@@ -180,6 +207,7 @@ class DistributedMagics(Magics):
                 hang_timeout=args.hang_timeout,
                 stall_timeout=args.stall_timeout,
                 keras=args.keras,
+                pool=not args.no_pool,
             ).validate()
             self._warn_undefined(spec)
             for warning in elastic_warnings(spec.code):
@@ -226,11 +254,14 @@ class DistributedMagics(Magics):
         args = _line_parser().parse_argstring(line)
         if args.command is None:
             raise UsageError(
-                "%distributed needs a command: list, status, logs, stop, scale or attach"
+                "%distributed needs a command: list, status, logs, stop, scale, attach or pool"
             )
         if args.command == "list":
             jobs = Job.list()
             print("\n".join(_job_line(j) for j in jobs) if jobs else "no jobs")
+            return None
+        if args.command == "pool":
+            _print_pools(clear=args.clear)
             return None
         try:
             job = Job.attach(args.job)
@@ -265,7 +296,8 @@ class DistributedMagics(Magics):
             code = "" if p.exit_code is None else f" (exit {p.exit_code})"
             label, pid = str(p.id), p.pid or "-"
             gpus = f"  gpu {','.join(p.gpus)}" if p.gpus else ""
-            print(f"  {label:<10} pid {pid:<8} {p.host:<12} {p.state}{code}{gpus}")
+            warm = "  (warm, from the pool)" if p.pooled else ""
+            print(f"  {label:<10} pid {pid:<8} {p.host:<12} {p.state}{code}{gpus}{warm}")
 
     def _attach(self, job: Job) -> Job:
         status = job.status()

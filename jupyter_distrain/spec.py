@@ -53,6 +53,8 @@ class JobSpec:
     keras: str = "auto"  # auto, legacy (tf-keras) or native; resolved by submit
     gpus: int = 0  # GPUs per worker (and chief); ps get none
     gpu_ids: list[str] = field(default_factory=list)  # the devices to use (default: all)
+    pool: bool = True  # take warm processes from a pool where one matches (--no-pool: never)
+    pool_socket: str = ""  # the pool chosen at submit ("" none); set by the launcher
 
     def validate(self) -> JobSpec:
         """Check every field; raise :class:`SpecError` naming the first bad one."""

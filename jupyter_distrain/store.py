@@ -64,6 +64,7 @@ class ProcessRecord:
     log: str = ""
     create_time: float | None = None  # the OS's start time of ``pid``: with it, a pid is exact
     gpus: list[str] = field(default_factory=list)  # CUDA devices given (CUDA_VISIBLE_DEVICES)
+    pooled: bool = False  # a warm process from the pool, not started cold
     stopped: bool = False  # ended on request (stop_workers), not by failing
     generation: int = 0  # how many times the job was restarted (scaled) before this process
     hosts: list[str] = field(default_factory=list)  # a helper (mpirun): the processes it starts
@@ -180,6 +181,19 @@ def check_private(path: Path, what: str) -> None:
         )
 
 
+def short_socket_path(preferred: Path, name: str) -> Path:
+    """``preferred`` if it is short enough for a Unix socket, else ``name`` in a private
+    per-user runtime directory."""
+    if len(str(preferred)) <= MAX_SOCKET_PATH:
+        return preferred
+    runtime = Path(os.environ.get("XDG_RUNTIME_DIR") or "/tmp") / f"jupyter-distrain-{os.getuid()}"
+    runtime.mkdir(mode=0o700, exist_ok=True)
+    info = runtime.lstat()
+    if info.st_uid != os.getuid() or info.st_mode & 0o077 or not stat.S_ISDIR(info.st_mode):
+        raise PermissionError(f"{runtime} is not a private directory of this user")
+    return runtime / f"{name}.sock"
+
+
 def jobs_root(create: bool = False) -> Path:
     """Where job directories live: ``$JUPYTER_DISTRAIN_ROOT`` or Jupyter's data dir.
     It must be this user's own directory, writable by nobody else."""
@@ -197,7 +211,7 @@ def jobs_root(create: bool = False) -> Path:
     return root
 
 
-def _write_atomic(path: Path, data: str | bytes, mode: int = 0o600) -> None:
+def write_atomic(path: Path, data: str | bytes, mode: int = 0o600) -> None:
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, mode)
     try:
@@ -271,7 +285,7 @@ class JobDir:
         job.logs_dir.mkdir(mode=0o700)
         job.checkpoints_dir.mkdir(mode=0o700)
         job.write_spec(spec)
-        _write_atomic(job.train_file, spec.code)
+        write_atomic(job.train_file, spec.code)
         job.write_state(JobStatus(created=time.time()))
         return job
 
@@ -287,7 +301,7 @@ class JobDir:
         return JobSpec.from_dict(json.loads(self.spec_file.read_text()))
 
     def write_spec(self, spec: JobSpec) -> None:
-        _write_atomic(self.spec_file, json.dumps(spec.to_dict(), indent=2))
+        write_atomic(self.spec_file, json.dumps(spec.to_dict(), indent=2))
 
     def read_state(self) -> JobStatus:
         """state.json; a missing one is ``pending``, an unreadable one ``unknown`` (with
@@ -301,14 +315,14 @@ class JobDir:
 
     def write_state(self, status: JobStatus) -> None:
         text = json.dumps(status.to_dict(), indent=2)
-        self._write(lambda: _write_atomic(self.state_file, text))
+        self._write(lambda: write_atomic(self.state_file, text))
 
     # --- what travels between the notebook and the workers --------------------
     def write_pushed(self, data: bytes) -> None:
-        _write_atomic(self.push_file, data)
+        write_atomic(self.push_file, data)
 
     def write_result(self, data: bytes) -> None:
-        _write_atomic(self.result_file, data)
+        write_atomic(self.result_file, data)
 
     def read_result(self) -> dict[str, Any] | None:
         """What rank 0 stored (``{"defined": bool, "value": ...}``), or None."""
@@ -372,7 +386,7 @@ class JobDir:
 
     # --- control ---------------------------------------------------------
     def write_control(self, control: ControlInfo) -> None:
-        _write_atomic(self.control_file, json.dumps(dataclasses.asdict(control)))
+        write_atomic(self.control_file, json.dumps(dataclasses.asdict(control)))
 
     def read_control(self) -> ControlInfo | None:
         try:
@@ -382,20 +396,15 @@ class JobDir:
         except (FileNotFoundError, ValueError, TypeError):
             return None
 
+    @property
+    def warmup_file(self) -> Path:
+        """What rank 0 converted to graph code (for the warm pool: ``pool.autograph``)."""
+        return self.path / "autograph.json"
+
     def socket_path(self, name: str) -> Path:
         """Where the supervisor's Unix socket ``name`` lives: in the job directory, or
         (a socket path must be short) in a private per-user runtime directory."""
-        path = self.path / f"{name}.sock"
-        if len(str(path)) <= MAX_SOCKET_PATH:
-            return path
-        runtime = (
-            Path(os.environ.get("XDG_RUNTIME_DIR") or "/tmp") / f"jupyter-distrain-{os.getuid()}"
-        )
-        runtime.mkdir(mode=0o700, exist_ok=True)
-        info = runtime.lstat()
-        if info.st_uid != os.getuid() or info.st_mode & 0o077 or not stat.S_ISDIR(info.st_mode):
-            raise PermissionError(f"{runtime} is not a private directory of this user")
-        return runtime / f"{self.id}-{name}.sock"
+        return short_socket_path(self.path / f"{name}.sock", f"{self.id}-{name}")
 
     # --- liveness --------------------------------------------------------
     def hold_lock(self) -> int:

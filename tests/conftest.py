@@ -21,6 +21,7 @@ def jobs_root(tmp_path_factory, monkeypatch) -> Path:
     """A private jobs root; every job a test leaves running is stopped at teardown."""
     root = tmp_path_factory.mktemp("jobs")
     monkeypatch.setenv("JUPYTER_DISTRAIN_ROOT", str(root))
+    monkeypatch.setenv("JUPYTER_DISTRAIN_POOL", "0")  # pools are on in tests/test_pool.py only
     yield root
     for job_dir in list_job_dirs(root):
         job = Job(job_dir)

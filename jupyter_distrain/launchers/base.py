@@ -55,6 +55,7 @@ class LaunchedProcess(ABC):
     host: str = "localhost"
     create_time: float | None = None  # the OS's start time: (pid, create_time) is exact
     gpus: list[str] = []  # the GPU devices it was given (set per process by start)
+    pooled: bool = False  # taken from a warm pool rather than started
 
     @abstractmethod
     def wait(self) -> int:
@@ -91,6 +92,12 @@ class Launcher(ABC):
         """Raise ``SpecError`` (one line naming the flag) when this launcher cannot place
         ``processes`` processes of ``spec``; called before anything is launched. Returns
         the spec with what the launcher chose for it (the GPUs to use)."""
+        return spec
+
+    @classmethod
+    def choose_pool(cls, spec: JobSpec, environ: dict[str, str]) -> JobSpec:
+        """The spec with the warm pool its processes may come from (``pool_socket``),
+        where this launcher keeps pools; called at submit, after ``check_capacity``."""
         return spec
 
     @classmethod

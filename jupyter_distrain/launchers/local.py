@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import dataclasses
+import logging
 import os
 import signal
 import subprocess
@@ -15,6 +16,7 @@ from typing import Any
 
 import psutil
 
+from ..contract import ProcessId
 from ..spec import JobSpec, SpecError
 from ..store import JobStatus
 from . import gpus
@@ -22,6 +24,9 @@ from .base import LaunchedProcess, Launcher, ProcessSpec, Slot
 from .isolation import private_network
 from .limits import CpuQuota, cpu_set, thread_env
 
+log = logging.getLogger(__name__)
+
+WORKER_MODULE = "jupyter_distrain.worker"
 PROCESSES_PER_CORE = 4  # oversubscription a local job may ask for
 MIN_PROCESS_LIMIT = 8
 _PR_SET_PDEATHSIG = 1
@@ -34,7 +39,7 @@ def _prctl(option: int, value: int) -> None:
         ctypes.CDLL(None, use_errno=True).prctl(option, value)
 
 
-def _die_with_parent() -> None:
+def die_with_parent() -> None:
     """Ask the kernel to SIGKILL this child if the supervisor dies."""
     _prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
 
@@ -79,7 +84,7 @@ def same_process(pid: int | None, create_time: float | None) -> psutil.Process |
     return None
 
 
-class _KnownProcess(LaunchedProcess):
+class KnownProcess(LaunchedProcess):
     """Signals and memory through a ``psutil.Process`` (pid and start time), which refuses
     a pid that another process has reused since."""
 
@@ -96,7 +101,7 @@ class _KnownProcess(LaunchedProcess):
         return tree_rss(self.process)
 
 
-class LocalProcess(_KnownProcess):
+class LocalProcess(KnownProcess):
     """A process this launcher started."""
 
     def __init__(self, popen: subprocess.Popen[bytes]):
@@ -112,7 +117,7 @@ class LocalProcess(_KnownProcess):
         return self.popen.poll()
 
 
-class AdoptedProcess(_KnownProcess):
+class AdoptedProcess(KnownProcess):
     """A process another of ours started (an MPI rank). Its exit code is what it reports
     itself (bye), so here it is only alive or not."""
 
@@ -149,6 +154,8 @@ class LocalLauncher(Launcher):
         self._quotas: list[CpuQuota] = []
         self._gpus = gpus.GpuAllocator(self.spec)
         self._started: set[int] = set()
+        self._pooled_ids: set[ProcessId] = set()  # processes that could come from the pool
+        self._pool_env: dict[str, str] | None = None
         _prctl(_PR_SET_CHILD_SUBREAPER, 1)
 
     @classmethod
@@ -177,6 +184,22 @@ class LocalLauncher(Launcher):
         return dataclasses.replace(spec, gpu_ids=devices)
 
     @classmethod
+    def choose_pool(cls, spec: JobSpec, environ: dict[str, str]) -> JobSpec:
+        from ..pool import client, kinds
+
+        kind = kinds.KIND_OF_BACKEND.get(spec.backend)
+        if not spec.pool or kind is None or not kinds.enabled(environ):
+            return spec
+        if spec.python not in ("", sys.executable):
+            return spec
+        try:
+            socket_path = client.ensure(kind, environ)
+        except OSError as exc:
+            log.warning("no warm pool: %s", exc)
+            return spec
+        return dataclasses.replace(spec, pool_socket=socket_path)
+
+    @classmethod
     def isolate(cls) -> str | None:
         return private_network()
 
@@ -191,31 +214,71 @@ class LocalLauncher(Launcher):
         if devices is not None:
             env["CUDA_VISIBLE_DEVICES"] = ",".join(devices)
         cpus = cpu_set(proc.slot.index, self.spec.cpu) if proc.slot is not None else None
+        cwd = self.spec.workdir if os.path.isdir(self.spec.workdir) else None
+        handle = self._from_pool(proc, env, cwd, cpus, log_path) or self._start_cold(
+            proc, env, cwd, cpus, log_path
+        )
+        if self.spec.cpu is not None and self.spec.cpu % 1:
+            quota = CpuQuota(f"{self.job.id}-{proc.id}", self.spec.cpu)
+            quota.add(handle.pid)
+            self._quotas.append(quota)
+        handle.gpus = devices or []
+        return handle
 
+    def _start_cold(
+        self,
+        proc: ProcessSpec,
+        env: dict[str, str],
+        cwd: str | None,
+        cpus: set[int] | None,
+        log_path: Path,
+    ) -> LaunchedProcess:
         def preexec() -> None:
-            _die_with_parent()
+            die_with_parent()
             if cpus:
                 os.sched_setaffinity(0, cpus)
 
-        with open(log_path, "ab", buffering=0) as log:
+        with open(log_path, "ab", buffering=0) as log_file:
             popen = subprocess.Popen(
                 proc.argv,
                 stdin=subprocess.DEVNULL,
-                stdout=log,
+                stdout=log_file,
                 stderr=subprocess.STDOUT,
-                cwd=self.spec.workdir if os.path.isdir(self.spec.workdir) else None,
+                cwd=cwd,
                 env=env,
                 start_new_session=True,
                 preexec_fn=preexec,
             )
         self._started.add(popen.pid)
-        if self.spec.cpu is not None and self.spec.cpu % 1:
-            quota = CpuQuota(f"{self.job.id}-{proc.id}", self.spec.cpu)
-            quota.add(popen.pid)
-            self._quotas.append(quota)
-        handle = LocalProcess(popen)
-        handle.gpus = devices or []
-        return handle
+        return LocalProcess(popen)
+
+    def _from_pool(
+        self,
+        proc: ProcessSpec,
+        env: dict[str, str],
+        cwd: str | None,
+        cpus: set[int] | None,
+        log_path: Path,
+    ) -> LaunchedProcess | None:
+        """A warm process from the job's pool, for a worker bootstrap; None: start cold."""
+        if not self.spec.pool_socket or proc.argv[1:3] != ["-m", WORKER_MODULE]:
+            return None
+        from ..pool import client, kinds
+
+        self._pooled_ids.add(proc.id)
+        self._pool_env = env
+        return client.claim(
+            self.spec.pool_socket,
+            {
+                "argv": proc.argv,
+                "env": env,
+                "cwd": cwd or os.getcwd(),
+                "log": str(log_path),
+                "cpus": sorted(cpus) if cpus else None,
+                "job": str(self.job.path),
+                "per_job": kinds.per_job_names(self.spec.env),
+            },
+        )
 
     def adopt(self, pid: int, host: str) -> LaunchedProcess | None:
         try:
@@ -250,3 +313,10 @@ class LocalLauncher(Launcher):
     def close(self) -> None:
         for quota in self._quotas:
             quota.close()
+        if self._pooled_ids and self._pool_env is not None:
+            from ..pool import client, kinds
+
+            # the next run of the same cell finds its processes imported and waiting
+            per_job = kinds.per_job_names(self.spec.env)
+            count = len(self._pooled_ids)
+            client.want(self.spec.pool_socket, count, self._pool_env, per_job, self.job.warmup_file)

@@ -46,6 +46,7 @@ class ProcessTable:
         entry.record.pid, entry.record.state = handle.pid, "starting"
         entry.record.create_time = handle.create_time
         entry.record.gpus = list(handle.gpus)
+        entry.record.pooled = handle.pooled
         entry.record.started, entry.record.log = time.time(), log
 
     def rows(self) -> list[ProcessRecord]:

@@ -1,0 +1,230 @@
+"""What the notebook and the supervisor ask of pools.
+
+- :func:`ensure`: at submit, the pool a job may take processes from (its keeper
+  started if none runs); its socket path goes into the job's spec.
+- :func:`claim`: in the supervisor, a pooled process for one of the job's processes,
+  as a :class:`PooledProcess` handle; None (start it cold) when the pool has none
+  ready or it does not match.
+- :func:`want`: in the supervisor at the job's end, refill the pool for the next run.
+- :func:`list_pools` / :func:`drain`: ``%distributed pool``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import select
+import socket
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import psutil
+
+from ..launchers.local import KnownProcess, same_process
+from ..store import MAX_SOCKET_PATH, check_private, jobs_root
+from . import wire
+from .kinds import pool_name
+
+log = logging.getLogger(__name__)
+
+CONNECT_SECONDS = 2.0
+CLAIM_SECONDS = 15.0  # the keeper waits up to 10 s for the pooled process itself
+GONE_POLL_SECONDS = 0.1
+
+
+def pools_dir(root: Path | None = None, create: bool = False) -> Path:
+    """Where pools live: ``.pools`` in the jobs root, private like it."""
+    path = (root or jobs_root(create=create)) / ".pools"
+    if create:
+        path.mkdir(mode=0o700, exist_ok=True)
+    return path
+
+
+def ensure(kind: str, environ: dict[str, str]) -> str:
+    """The socket of the pool for ``kind`` and this interpreter, starting its keeper
+    (detached, with ``environ``'s pool settings) if none runs. Raises ``OSError``
+    when the pool cannot live here (an unsafe or too deep directory)."""
+    directory = pools_dir(create=True) / pool_name(kind)
+    directory.mkdir(mode=0o700, exist_ok=True)
+    check_private(directory, "the pool directory")
+    path = directory / "keeper.sock"
+    if len(str(path)) > MAX_SOCKET_PATH:
+        raise OSError(f"the pool's socket path is too long: {path}")
+    try:
+        wire.connect(str(path), CONNECT_SECONDS).close()
+        return str(path)
+    except OSError:
+        pass
+    with open(directory / "keeper.log", "ab") as out:
+        keeper = subprocess.Popen(
+            [sys.executable, "-m", "jupyter_distrain.pool.keeper", str(directory), kind],
+            stdin=subprocess.DEVNULL,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            env=environ,
+            cwd=directory,
+            start_new_session=True,
+        )
+    threading.Thread(target=keeper.wait, daemon=True).start()  # no zombie in the kernel
+    return str(path)
+
+
+class PooledProcess(KnownProcess):
+    """A pooled process a job took. Its parent is the keeper, which sends its exit code
+    on the claim's connection; that connection closing first (a lost keeper) leaves only
+    alive-or-not, as for an adopted process (its bye carries its code)."""
+
+    def __init__(self, pid: int, create_time: float, connection: socket.socket):
+        process = same_process(pid, create_time)
+        if process is None:
+            raise psutil.NoSuchProcess(pid)
+        self.pid, self.create_time, self.process = pid, create_time, process
+        self.pooled = True
+        self._connection: socket.socket | None = connection
+        self._code: int | None = None
+        self._lock = threading.Lock()
+
+    def poll(self) -> int | None:
+        with self._lock:
+            if self._code is not None or self._connection is None:
+                return self._code if self._code is not None else self._gone()
+            readable, _, _ = select.select([self._connection], [], [], 0)
+            if readable:
+                try:
+                    body, _ = wire.receive(self._connection)
+                except (OSError, ValueError):
+                    body = None
+                if body is not None and isinstance(body.get("exit"), int):
+                    self._code = body["exit"]
+                self._connection.close()
+                self._connection = None
+                return self._code if self._code is not None else self._gone()
+            return None
+
+    def _gone(self) -> int | None:
+        try:
+            running = self.process.is_running() and self.process.status() != psutil.STATUS_ZOMBIE
+        except psutil.NoSuchProcess:
+            running = False
+        return None if running else 0
+
+    def wait(self) -> int:
+        while (code := self.poll()) is None:
+            connection = self._connection
+            if connection is not None:
+                with contextlib.suppress(OSError, ValueError):
+                    select.select([connection], [], [], 1.0)
+            else:
+                time.sleep(GONE_POLL_SECONDS)
+        return code
+
+
+def claim(socket_path: str, request: dict[str, Any]) -> PooledProcess | None:
+    """Ask the pool for a process to run ``request`` (argv, env, cwd, log, cpus, job),
+    handing over this process's network namespace; None (and why, logged) if none."""
+    try:
+        connection = wire.connect(socket_path, CONNECT_SECONDS)
+    except OSError as exc:
+        log.info("no pool at %s: %s", socket_path, exc)
+        return None
+    netns = os.open("/proc/self/ns/net", os.O_RDONLY)
+    try:
+        connection.settimeout(CLAIM_SECONDS)
+        wire.send(connection, {"op": "claim", **request}, [netns])
+        answer, _ = wire.receive(connection)
+        if answer is None or "pid" not in answer:
+            log.info("pool: %s", (answer or {}).get("empty", "no answer"))
+            connection.close()
+            return None
+        connection.settimeout(None)
+        return PooledProcess(int(answer["pid"]), float(answer["create_time"]), connection)
+    except (OSError, ValueError, psutil.NoSuchProcess) as exc:
+        log.warning("pool claim failed: %s", exc)
+        connection.close()
+        return None
+    finally:
+        os.close(netns)
+
+
+def _ask(socket_path: str, body: dict[str, Any]) -> dict[str, Any] | None:
+    with wire.connect(socket_path, CONNECT_SECONDS) as connection:
+        wire.send(connection, body)
+        answer, _ = wire.receive(connection)
+        return answer
+
+
+def want(
+    socket_path: str, count: int, env: dict[str, str], per_job: list[str], warmup: Path
+) -> None:
+    """Ask the pool to keep ``count`` idle processes, imported with ``env`` but for the
+    ``per_job`` names (given at claim time), warmed with the conversions in ``warmup``."""
+    body = {"op": "want", "count": count, "env": env, "per_job": per_job, "warmup": str(warmup)}
+    try:
+        _ask(socket_path, body)
+    except (OSError, ValueError) as exc:
+        log.warning("cannot refill the pool at %s: %s", socket_path, exc)
+
+
+@dataclass
+class PoolInfo:
+    """One pool, as ``%distributed pool`` lists it."""
+
+    name: str
+    kind: str
+    python: str
+    keeper: int
+    idle: list[int] = field(default_factory=list)  # ready to take a job
+    starting: list[int] = field(default_factory=list)  # still importing
+    claimed: list[int] = field(default_factory=list)  # running a job
+    memory_bytes: int = 0  # resident memory of the idle processes together
+    idle_seconds: float = 0.0
+    error: str = ""
+
+
+def list_pools(root: Path | None = None) -> list[PoolInfo]:
+    """The pools whose keeper is running, with their processes and memory."""
+    import json
+
+    found = []
+    base = pools_dir(root)
+    for state_file in sorted(base.glob("*/state.json")) if base.is_dir() else []:
+        try:
+            state = json.loads(state_file.read_text())
+        except (OSError, ValueError):
+            continue
+        if same_process(state.get("pid"), state.get("create_time")) is None:
+            continue  # its keeper is gone
+        info = PoolInfo(
+            state_file.parent.name,
+            state["kind"],
+            state["python"],
+            state["pid"],
+            idle_seconds=state.get("idle_seconds", 0.0),
+            error=state.get("error", ""),
+        )
+        for row in state.get("idle", []):
+            (info.idle if row["ready"] else info.starting).append(row["pid"])
+        info.claimed = [row["pid"] for row in state.get("claimed", [])]
+        for pid in [*info.idle, *info.starting]:
+            with contextlib.suppress(psutil.Error):
+                info.memory_bytes += psutil.Process(pid).memory_info().rss
+        found.append(info)
+    return found
+
+
+def drain(root: Path | None = None) -> int:
+    """End every pool: its idle processes now, its keeper once no job holds one of its
+    processes; returns how many pools were asked."""
+    asked = 0
+    for info in list_pools(root):
+        path = pools_dir(root) / info.name / "keeper.sock"
+        with contextlib.suppress(OSError, ValueError):
+            _ask(str(path), {"op": "drain"})
+            asked += 1
+    return asked
