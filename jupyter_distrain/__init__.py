@@ -1,36 +1,81 @@
-"""jupyter_distrain: train a deep-learning model on many workers from a notebook cell."""
+"""jupyter_distrain: train a deep-learning model on many workers from a notebook cell.
+
+The names below are imported on first use: a worker process (``python -m
+jupyter_distrain.worker``) loads this package too, and needs none of the notebook's
+side (the job client, the magics, ZeroMQ for following a job).
+"""
 
 from __future__ import annotations
 
-from typing import Any
+import importlib
+from typing import TYPE_CHECKING, Any
 
-from .api import run, submit
-from .instrument import CHECKPOINT_EXIT, checkpoint_dir, report, should_checkpoint, timed_step
-from .job import Job, JobFailed
-from .spec import JobSpec, SpecError
-from .strategy import strategy
-from .workers import await_workers, launch_workers, run_cluster, stop_workers
+if TYPE_CHECKING:
+    from .api import run, submit
+    from .instrument import (
+        CHECKPOINT_EXIT,
+        checkpoint_dir,
+        report,
+        should_checkpoint,
+        timed_step,
+    )
+    from .job import Job, JobFailed
+    from .spec import JobSpec, SpecError
+    from .strategy import strategy
+    from .workers import await_workers, launch_workers, run_cluster, stop_workers
 
 __version__ = "0.1.0"
+
+_WHERE = {
+    "run": "api",
+    "submit": "api",
+    "CHECKPOINT_EXIT": "instrument",
+    "checkpoint_dir": "instrument",
+    "report": "instrument",
+    "should_checkpoint": "instrument",
+    "timed_step": "instrument",
+    "Job": "job",
+    "JobFailed": "job",
+    "JobSpec": "spec",
+    "SpecError": "spec",
+    "strategy": "strategy",
+    "await_workers": "workers",
+    "launch_workers": "workers",
+    "run_cluster": "workers",
+    "stop_workers": "workers",
+}
 __all__ = [
     "CHECKPOINT_EXIT",
-    "checkpoint_dir",
-    "report",
-    "should_checkpoint",
-    "timed_step",
     "Job",
     "JobFailed",
     "JobSpec",
     "SpecError",
     "await_workers",
+    "checkpoint_dir",
     "launch_workers",
     "load_ipython_extension",
+    "report",
     "run",
     "run_cluster",
+    "should_checkpoint",
     "stop_workers",
     "strategy",
     "submit",
+    "timed_step",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    module = _WHERE.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f".{module}", __name__), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *_WHERE])
 
 
 def load_ipython_extension(ipython: Any) -> None:

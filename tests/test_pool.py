@@ -1,0 +1,186 @@
+"""The warm worker pool, with real keepers and pooled processes (TensorFlow imported for
+real): a re-run takes them, they behave like fresh workers, each runs one job, stop and
+a lost supervisor take them down, an unused pool ends, ``--no-pool`` starts cold."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+
+import psutil
+import pytest
+
+from jupyter_distrain import JobSpec, submit
+from jupyter_distrain.contract import ProcessId
+from jupyter_distrain.magics import _print_pools
+from jupyter_distrain.pool import client, kinds
+from jupyter_distrain.timing import poll_until
+
+PROBE = """\
+import json, os, sys
+report = {
+    "pid": os.getpid(),
+    "cwd": os.getcwd(),
+    "netns": os.stat("/proc/self/ns/net").st_ino,
+    "x": os.environ.get("X"),
+    "main": sys.modules["__main__"].__file__,
+    "argv0": sys.argv[0],
+    "keeper_loaded": "jupyter_distrain.pool.keeper" in sys.modules,
+}
+print("REPORT " + json.dumps(report), flush=True)
+"""
+
+
+@pytest.fixture
+def pool_on(monkeypatch, jobs_root):
+    """Pools on (the test suite runs with them off), ended at teardown: nothing left."""
+    monkeypatch.setenv("JUPYTER_DISTRAIN_POOL", "1")
+    monkeypatch.setenv("JUPYTER_DISTRAIN_POOL_IDLE", "60")
+    yield jobs_root
+    keepers = [psutil.Process(info.keeper) for info in client.list_pools(jobs_root)]
+    client.drain(jobs_root)
+    gone, alive = psutil.wait_procs(keepers, timeout=15)
+    assert alive == []
+
+
+def _report(job, index: int = 0) -> dict:
+    line = next(x for x in job.logs(ProcessId("worker", index)).splitlines() if "REPORT " in x)
+    return json.loads(line.split("REPORT ", 1)[1])
+
+
+def _ready_pool(count: int = 2) -> client.PoolInfo:
+    def ready() -> client.PoolInfo | None:
+        pools = client.list_pools()
+        if pools and len(pools[0].idle) >= count and not pools[0].starting:
+            return pools[0]
+        return None
+
+    info = poll_until(ready, 120, 0.2)
+    assert info is not None, client.list_pools()
+    return info
+
+
+def _run(code: str, **fields) -> object:
+    job = submit(JobSpec(code=code, workers=2, backend="tf", **fields))
+    assert job.wait(timeout=180) == "succeeded", job.logs()
+    return job
+
+
+def test_a_rerun_takes_pooled_processes_that_behave_like_fresh_workers(pool_on, tmp_path):
+    first = _run(PROBE, env={"X": "first"})
+    assert [p.pooled for p in first.status().processes] == [False, False]
+    idle = _ready_pool().idle
+
+    second = _run(PROBE, env={"X": "second"}, workdir=str(tmp_path))
+    rows = second.status().processes
+    assert [p.pooled for p in rows] == [True, True]
+    assert sorted(p.pid for p in rows) == sorted(idle)
+    for index in range(2):
+        report = _report(second, index)
+        assert report["x"] == "second"  # a per-job --env value, given at claim time
+        assert report["cwd"] == str(tmp_path)
+        assert report["main"].endswith("jupyter_distrain/worker/__main__.py")
+        assert report["argv0"] == str(second.dir.train_file)
+        assert not report["keeper_loaded"]
+        # the job's private network namespace, not the keeper's (the host's)
+        assert report["netns"] != os.stat("/proc/self/ns/net").st_ino
+    assert _report(second, 0)["netns"] == _report(second, 1)["netns"]
+    # each ran one job and is gone; the pool refilled with new processes
+    assert not any(psutil.pid_exists(pid) for pid in idle)
+    assert not set(_ready_pool().idle) & set(idle)
+
+
+def test_no_pool_starts_cold_and_leaves_the_pool_alone(pool_on):
+    _run(PROBE)
+    idle = _ready_pool().idle
+    job = _run(PROBE, pool=False)
+    assert [p.pooled for p in job.status().processes] == [False, False]
+    assert all(psutil.pid_exists(pid) for pid in idle)
+
+
+def test_stopping_a_job_and_losing_its_supervisor_leave_no_pooled_process(pool_on):
+    _run(PROBE)
+    _ready_pool()
+    sleeper = "import time\nprint('up', flush=True)\ntime.sleep(600)\n"
+    job = submit(JobSpec(code=sleeper, workers=2, backend="tf"))
+    assert poll_until(lambda: job.status().state == "running", 60)
+    pids = [p.pid for p in job.status().processes]
+    assert [p.pooled for p in job.status().processes] == [True, True]
+    job.stop()
+    assert not any(psutil.pid_exists(pid) for pid in pids)
+
+    # the pool refills when that job ends; the next job's supervisor is SIGKILLed
+    _ready_pool()
+    job = submit(JobSpec(code=sleeper, workers=2, backend="tf"))
+    assert poll_until(lambda: job.status().state == "running", 60)
+    pids = [p.pid for p in job.status().processes]
+    _supervisor_of(job).send_signal(signal.SIGKILL)
+    gone, alive = psutil.wait_procs([psutil.Process(pid) for pid in pids], timeout=15)
+    assert alive == []
+    assert poll_until(lambda: job.status().state == "failed", 15)
+
+
+def _supervisor_of(job) -> psutil.Process:
+    """The supervisor (the warden's child), by the job directory on its command line."""
+    procs = [
+        p
+        for p in psutil.process_iter(["cmdline"])
+        if "jupyter_distrain.supervisor" in " ".join(p.info["cmdline"] or [])
+        and str(job.dir.path) in " ".join(p.info["cmdline"] or [])
+    ]
+    pids = {p.pid for p in procs}
+    return next(p for p in procs if p.ppid() in pids)
+
+
+def test_an_unused_pool_ends_and_the_listing_shows_it(pool_on, monkeypatch, capsys):
+    monkeypatch.setenv("JUPYTER_DISTRAIN_POOL_IDLE", "4")
+    _run(PROBE)
+    info = _ready_pool()
+    _print_pools(clear=False)
+    out = capsys.readouterr().out
+    assert f"keeper pid {info.keeper}; 2 idle" in out and " MiB idle" in out
+    assert info.memory_bytes > 50 * 2**20  # TensorFlow is imported in them
+    procs = [psutil.Process(pid) for pid in [info.keeper, *info.idle]]
+    gone, alive = psutil.wait_procs(procs, timeout=30)
+    assert alive == []
+    assert client.list_pools() == []
+
+
+KERAS_HOROVOD = """\
+import numpy as np
+import tensorflow as tf
+import horovod.tensorflow.keras as hvd
+hvd.init()
+model = tf.keras.Sequential([tf.keras.Input((4,)), tf.keras.layers.Dense(2)])
+model.compile(optimizer=hvd.DistributedOptimizer(tf.keras.optimizers.SGD(0.1)), loss="mse")
+model.fit(np.ones((8, 4)), np.ones((8, 2)), batch_size=4, epochs=1, verbose=0)
+print("SIZE", hvd.size(), hvd.rank(), flush=True)
+"""
+
+
+@pytest.mark.horovod
+def test_horovod_is_initialised_for_the_job_in_pooled_processes(pool_on):
+    first = submit(JobSpec(code=KERAS_HOROVOD, workers=2, backend="horovod"))
+    assert first.wait(timeout=180) == "succeeded", first.logs()
+    # rank 0 recorded the library functions its first step converted to graph code...
+    assert any("horovod" in e["file"] for e in json.loads(first.dir.warmup_file.read_text()))
+    info = _ready_pool()
+    # ...and the new pooled processes converted them before saying they were ready
+    log = (client.pools_dir() / info.name / "pool.log").read_text()
+    assert all(f"pooled pid {pid}: " in log for pid in info.idle)
+    assert " 0 conversions warmed" not in log
+    job = submit(JobSpec(code=KERAS_HOROVOD, workers=2, backend="horovod"))
+    assert job.wait(timeout=180) == "succeeded", job.logs()
+    assert [p.pooled for p in job.status().processes] == [True, True]
+    assert "SIZE 2 0" in job.logs(ProcessId("worker", 0))
+    assert "SIZE 2 1" in job.logs(ProcessId("worker", 1))
+
+
+def test_import_environment_ignores_per_job_names_only():
+    env = {"PATH": "/bin", "TF_CPP_MIN_LOG_LEVEL": "2", "X": "1", "HOROVOD_RANK": "0"}
+    per_job = kinds.per_job_names({"X": "1", "TF_CPP_MIN_LOG_LEVEL": "2"})
+    assert per_job == ["X"]  # TF_* is read at import: it must match, not be given later
+    assert kinds.import_env(env, per_job) == {"PATH": "/bin", "TF_CPP_MIN_LOG_LEVEL": "2"}
+    assert not kinds.enabled({"JUPYTER_DISTRAIN_POOL": "0"})
+    assert kinds.enabled({})
