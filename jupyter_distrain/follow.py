@@ -14,12 +14,13 @@ import asyncio
 import contextlib
 import sys
 import time
-from collections.abc import Generator, Iterator
+from collections.abc import Generator, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any, Protocol, TextIO
 
 from .contract import ProcessId
 from .job import Job, JobInterrupted, outcome
+from .output import CellOutput
 from .store import JobDir, JobStatus
 from .tail import LineReader
 from .timing import Deadline
@@ -41,10 +42,12 @@ def label(process: ProcessId) -> str:
 
 
 class LogTail:
-    """Follows every process log of a job: new complete lines, each prefixed by its label."""
+    """Follows every process log of a job: new complete lines, each prefixed by its label,
+    as :class:`~jupyter_distrain.output.CellOutput` renders them."""
 
-    def __init__(self, job_dir: JobDir, from_start: bool = True):
+    def __init__(self, job_dir: JobDir, from_start: bool = True, all_output: bool = False):
         self.dir = job_dir
+        self.output = CellOutput(all_output)
         self.readers: dict[ProcessId, LineReader] = {
             process: LineReader(path, from_start=from_start)
             for process, path in job_dir.log_files().items()
@@ -59,23 +62,20 @@ class LogTail:
 
     def read(self) -> list[str]:
         """The complete lines added to any log since the last call."""
-        return [
-            _labelled(process, line)
-            for process, reader in self._current()
-            for line in reader.read()
-        ]
+        return self._labelled((p, line) for p, reader in self._current() for line in reader.read())
 
     def flush(self) -> list[str]:
         """Whatever is left without a final newline."""
-        return [
-            _labelled(process, line)
-            for process, reader in sorted(self.readers.items())
-            for line in reader.flush()
-        ]
+        readers = sorted(self.readers.items())
+        return self._labelled((p, line) for p, reader in readers for line in reader.flush())
 
-
-def _labelled(process: ProcessId, line: bytes) -> str:
-    return f"{label(process)} {line.decode(errors='replace')}"
+    def _labelled(self, lines: Iterable[tuple[ProcessId, bytes]]) -> list[str]:
+        shown = []
+        for process, line in lines:
+            text = self.output.line(line.decode(errors="replace"))
+            if text is not None:
+                shown.append(f"{label(process)} {text}")
+        return shown
 
 
 def _print(lines: list[str], out: TextIO) -> None:
@@ -100,6 +100,7 @@ def steps(
     stream: bool = True,
     out: TextIO | None = None,
     from_start: bool = True,
+    all_output: bool = False,
 ) -> Steps:
     """Watch ``job`` until it ends; yields the seconds to wait between polls.
 
@@ -110,7 +111,7 @@ def steps(
     ``TimeoutError`` once ``timeout`` seconds have passed.
     """
     out = out or sys.stdout
-    tail = LogTail(job.dir, from_start=from_start) if stream else None
+    tail = LogTail(job.dir, from_start, all_output) if stream else None
     deadline = Deadline(timeout)
     warned = 0
     while True:
@@ -175,16 +176,21 @@ def _watching(job: Job, view: View | None, out: TextIO | None, stop: bool) -> It
 class FollowOptions:
     """How to follow a job: ``timeout`` (seconds, None for ever), ``stream`` the
     processes' output to ``out`` (default stdout), ``from_start`` of the logs or from
-    now, and whether an interrupt stops the job (``stop_on_interrupt``)."""
+    now, whether an interrupt stops the job (``stop_on_interrupt``), and whether to
+    show the output exactly as written (``all_output``; by default progress bars show
+    their last state and TensorFlow's start-up lines show once)."""
 
     timeout: float | None = None
     stream: bool = True
     out: TextIO | None = None
     from_start: bool = True
     stop_on_interrupt: bool = True
+    all_output: bool = False
 
     def run(self, job: Job, view: View | None) -> _Run:
-        return _Run(steps(job, view, self.timeout, self.stream, self.out, self.from_start))
+        return _Run(
+            steps(job, view, self.timeout, self.stream, self.out, self.from_start, self.all_output)
+        )
 
 
 def follow(job: Job, view: View | None = None, **options: Any) -> str:

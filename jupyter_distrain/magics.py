@@ -24,7 +24,7 @@ from .job import Job, JobFailed
 from .plugins import BACKENDS, LAUNCHERS, plugin_names
 from .spec import JobSpec, SpecError, parse_env_pairs, parse_names
 from .store import JobStatus
-from .widget import JobWidget, TextSummary, follow_in_background, make_view
+from .widget import JobWidget, TextSummary, follow_in_background, gpu_text, make_view
 
 
 def _job_line(job: Job, status: JobStatus | None = None) -> str:
@@ -148,6 +148,12 @@ class DistributedMagics(Magics):
         help="images per step for the metrics, where Keras cannot tell",
     )
     @argument(
+        "--all-output",
+        action="store_true",
+        help="print the processes' output as written (every rank's TensorFlow start-up "
+        "lines, progress bars' carriage returns); the logs keep it all anyway",
+    )
+    @argument(
         "--no-pool",
         action="store_true",
         help="start every process cold, never from the warm pool",
@@ -168,7 +174,7 @@ class DistributedMagics(Magics):
         if args.background:
             follow_in_background(job, view)
             return job
-        follow(job, view)
+        follow(job, view, all_output=args.all_output)
         self._bind_out(job)
         return None
 
@@ -178,7 +184,7 @@ class DistributedMagics(Magics):
         if args.background:
             follow_in_background(job, view)
             return job
-        await follow_async(job, view)
+        await follow_async(job, view, all_output=args.all_output)
         self._bind_out(job)
         return None
 
@@ -296,6 +302,7 @@ class DistributedMagics(Magics):
             code = "" if p.exit_code is None else f" (exit {p.exit_code})"
             label, pid = str(p.id), p.pid or "-"
             gpus = f"  gpu {','.join(p.gpus)}" if p.gpus else ""
+            gpus += f" ({gpu_text(p)})" if gpu_text(p) else ""
             warm = "  (warm, from the pool)" if p.pooled else ""
             print(f"  {label:<10} pid {pid:<8} {p.host:<12} {p.state}{code}{gpus}{warm}")
 

@@ -36,7 +36,7 @@ from .contract import WorkerChannels, identity_from
 
 log = logging.getLogger(__name__)
 
-FLUSH_SECONDS = 0.25  # the longest a record waits in a worker
+FLUSH_SECONDS = 1.0  # the longest a record waits in a worker (a wake-up costs the GIL)
 HEARTBEAT_SECONDS = 1.0
 BATCH_RECORDS = 512  # flush early past this many records
 

@@ -65,6 +65,8 @@ class ProcessRecord:
     create_time: float | None = None  # the OS's start time of ``pid``: with it, a pid is exact
     gpus: list[str] = field(default_factory=list)  # CUDA devices given (CUDA_VISIBLE_DEVICES)
     pooled: bool = False  # a warm process from the pool, not started cold
+    gpu_percent: float | None = None  # utilisation of its GPUs (NVML), when it has some
+    gpu_memory: int | None = None  # bytes used on its GPUs
     stopped: bool = False  # ended on request (stop_workers), not by failing
     generation: int = 0  # how many times the job was restarted (scaled) before this process
     hosts: list[str] = field(default_factory=list)  # a helper (mpirun): the processes it starts

@@ -80,6 +80,13 @@ def aggregate_images_per_sec(processes: Iterable[ProcessRecord]) -> float:
     return sum(p.images_per_sec or 0.0 for p in processes if p.live and p.images_per_sec)
 
 
+def gpu_text(record: ProcessRecord) -> str:
+    """A row's GPU cell: utilisation and memory of its devices; "" when not sampled."""
+    if record.gpu_percent is None:
+        return ""
+    return f"{record.gpu_percent:.0f}% {(record.gpu_memory or 0) / 2**30:.1f} GiB"
+
+
 def launch_progress(processes: Sequence[ProcessRecord]) -> str:
     """How many processes are up, e.g. ``"1/2 processes up"``."""
     up = sum(p.state == "running" for p in processes)
@@ -270,6 +277,7 @@ class JobWidget(widgets.VBox):
             "images_per_sec": p.images_per_sec,
             "loss": p.loss,
             "since_heartbeat": None if heartbeat is None else max(0.0, time.time() - heartbeat),
+            "gpu": gpu_text(p),
         }
 
     def _draw(self) -> None:
@@ -314,6 +322,8 @@ class JobWidget(widgets.VBox):
 
     def _table_html(self) -> str:
         head = ("role", "rank", "host", "pid", "state", "step", "images/sec", "loss", "heartbeat")
+        gpus = any(r.get("gpu") for r in self.rows)  # a column only where there are GPUs
+        head += ("gpu",) if gpus else ()
         out = ["<table style='border-collapse:collapse;font-family:monospace'><tr>"]
         out += [f"<th style='padding:0 8px;text-align:left'>{h}</th>" for h in head]
         out.append("</tr>")
@@ -331,6 +341,7 @@ class JobWidget(widgets.VBox):
                 _fmt(r["loss"], ".4f"),
                 "-" if r["since_heartbeat"] is None else f"{r['since_heartbeat']:.0f} s ago",
             ]
+            cells += [html.escape(r.get("gpu") or "-")] if gpus else []
             out.append(f"<tr style='{style}'>")
             out += [f"<td style='padding:0 8px'>{c}</td>" for c in cells]
             out.append("</tr>")

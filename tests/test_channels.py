@@ -121,6 +121,7 @@ def test_collector_stores_fresh_signed_batches_and_counts_everything_else(tmp_pa
 
 def test_reporter_never_raises_and_identity_cannot_be_overridden(tmp_path):
     import numpy as np
+
     collector = Collector("s", tmp_path / "m.jsonl", lambda r: None).start()
     reporter = Reporter(collector.address, "s", {"role": "worker", "index": 1})
     reporter.report({"step": np.int64(3), "loss": np.float32(0.5), "role": "ps", "index": 7})

@@ -122,6 +122,11 @@ def test_widget_rows_rank_picker_and_log_view_from_a_written_job(tmp_path):
     assert (
         "ps line 99</pre>" in widget.log_view.value and "ps line 59\n" not in widget.log_view.value
     )
+    assert ">gpu<" not in widget.table.value  # no GPUs: no column
+    processes[0].gpu_percent, processes[0].gpu_memory = 55.0, 2**30
+    job_dir.write_state(JobStatus(state="running", workers=1, processes=processes))
+    widget.refresh(force=True)
+    assert ">gpu<" in widget.table.value and "55% 1.0 GiB" in widget.table.value
 
 
 def test_status_command_lines(tmp_path, capsys):

@@ -18,11 +18,13 @@ import pytest
 from jupyter_distrain.backends.base import Services, WorkerCommand
 from jupyter_distrain.contract import CHECKPOINT_EXIT, Env, ProcessId, bye, hello
 from jupyter_distrain.launchers.base import LaunchedProcess, Launcher, ProcessSpec, Slot
+from jupyter_distrain.launchers.gpus import GpuUsage
 from jupyter_distrain.plugins import LAUNCHERS, load_plugin
 from jupyter_distrain.spec import JobSpec
 from jupyter_distrain.store import JobDir
 from jupyter_distrain.supervisor import events as ev
 from jupyter_distrain.supervisor.core import Supervisor
+from jupyter_distrain.widget import gpu_text
 
 W0, W1, W2 = (ProcessId("worker", i) for i in range(3))
 _pids = itertools.count(10_000)
@@ -36,6 +38,7 @@ class FakeProcess(LaunchedProcess):
         self.pid = next(_pids)
         self.signals: list[int] = []
         self.memory = 0
+        self.gpu: GpuUsage | None = None
         self.ignores_term = ignores_term
         self.code: int | None = None
         self._ended = threading.Event()
@@ -60,6 +63,9 @@ class FakeProcess(LaunchedProcess):
 
     def memory_bytes(self) -> int:
         return self.memory
+
+    def gpu_usage(self) -> GpuUsage | None:
+        return self.gpu
 
 
 class FakeLauncher(Launcher):
@@ -221,6 +227,18 @@ def test_memory_is_read_and_the_kill_sent_through_the_launcher(harness):
     h.tick()
     assert signal.SIGKILL in h.procs[W1].signals
     assert h.state.state == "failed" and h.state.error.startswith("worker 1 exceeded 0.5 GiB")
+
+
+def test_gpu_usage_is_sampled_through_the_launcher_into_rows_and_the_widget(harness):
+    h = harness(gpus=1)
+    h.up()
+    h.procs[W0].gpu = GpuUsage(87.0, 3 * 2**30)  # W1's devices report nothing (no NVML)
+    h.tick()
+    h.sup.save()
+    rows = {p.id: p for p in h.state.processes}
+    assert (rows[W0].gpu_percent, rows[W0].gpu_memory) == (87.0, 3 * 2**30)
+    assert rows[W1].gpu_percent is None
+    assert gpu_text(rows[W0]) == "87% 3.0 GiB" and gpu_text(rows[W1]) == ""
 
 
 def test_scaling_asks_for_a_checkpoint_and_restarts_at_the_new_size(harness):

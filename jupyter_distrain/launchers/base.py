@@ -21,6 +21,7 @@ from ..contract import ProcessId
 if TYPE_CHECKING:
     from ..spec import JobSpec
     from ..store import JobDir, JobStatus
+    from .gpus import GpuUsage
 
 
 @dataclass(frozen=True)
@@ -72,6 +73,10 @@ class LaunchedProcess(ABC):
     @abstractmethod
     def memory_bytes(self) -> int:
         """Resident memory of the process and all its descendants."""
+
+    def gpu_usage(self) -> GpuUsage | None:
+        """Utilisation and memory of the GPUs it was given; None without GPUs or NVML."""
+        return None
 
     @property
     def alive(self) -> bool:

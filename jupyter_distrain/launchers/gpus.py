@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import shutil
 import subprocess
+from dataclasses import dataclass
+from typing import Any
 
 from ..contract import ProcessId
 from ..spec import JobSpec, SpecError
@@ -44,6 +46,41 @@ def discover() -> list[str]:
     except (OSError, subprocess.SubprocessError):
         return []
     return [line.strip() for line in out.splitlines() if line.strip()]
+
+
+@dataclass(frozen=True)
+class GpuUsage:
+    """What a process's devices are doing: mean utilisation and memory used."""
+
+    percent: float
+    memory_bytes: int
+
+
+_nvml: Any = None  # pynvml once initialised in this process; False: not available
+
+
+def usage(devices: list[str]) -> GpuUsage | None:
+    """The utilisation and memory of ``devices`` (NVML indices); None without NVML."""
+    global _nvml
+    if not devices:
+        return None
+    if _nvml is None:
+        try:
+            import pynvml
+
+            pynvml.nvmlInit()
+            _nvml = pynvml
+        except Exception:  # no module or no driver: nothing to show, and no retrying
+            _nvml = False
+    if not _nvml:
+        return None
+    try:
+        handles = [_nvml.nvmlDeviceGetHandleByIndex(int(d)) for d in devices]
+        rates = [_nvml.nvmlDeviceGetUtilizationRates(h).gpu for h in handles]
+        used = sum(_nvml.nvmlDeviceGetMemoryInfo(h).used for h in handles)
+    except Exception:
+        return None
+    return GpuUsage(sum(rates) / len(rates), int(used))
 
 
 def usable(spec: JobSpec, devices: list[str]) -> list[str]:

@@ -100,6 +100,9 @@ class KnownProcess(LaunchedProcess):
     def memory_bytes(self) -> int:
         return tree_rss(self.process)
 
+    def gpu_usage(self) -> gpus.GpuUsage | None:
+        return gpus.usage(self.gpus)
+
 
 class LocalProcess(KnownProcess):
     """A process this launcher started."""
@@ -137,6 +140,17 @@ class AdoptedProcess(KnownProcess):
         while self.poll() is None:
             time.sleep(ADOPTED_POLL_SECONDS)
         return 0
+
+
+@dataclasses.dataclass(frozen=True)
+class _Launch:
+    """Everything one process is started with, cold or from the pool."""
+
+    proc: ProcessSpec
+    env: dict[str, str]
+    cwd: str | None
+    cpus: set[int] | None
+    log_path: Path
 
 
 class LocalLauncher(Launcher):
@@ -215,9 +229,8 @@ class LocalLauncher(Launcher):
             env["CUDA_VISIBLE_DEVICES"] = ",".join(devices)
         cpus = cpu_set(proc.slot.index, self.spec.cpu) if proc.slot is not None else None
         cwd = self.spec.workdir if os.path.isdir(self.spec.workdir) else None
-        handle = self._from_pool(proc, env, cwd, cpus, log_path) or self._start_cold(
-            proc, env, cwd, cpus, log_path
-        )
+        launch = _Launch(proc, env, cwd, cpus, log_path)
+        handle = self._from_pool(launch) or self._start_cold(launch)
         if self.spec.cpu is not None and self.spec.cpu % 1:
             quota = CpuQuota(f"{self.job.id}-{proc.id}", self.spec.cpu)
             quota.add(handle.pid)
@@ -225,56 +238,45 @@ class LocalLauncher(Launcher):
         handle.gpus = devices or []
         return handle
 
-    def _start_cold(
-        self,
-        proc: ProcessSpec,
-        env: dict[str, str],
-        cwd: str | None,
-        cpus: set[int] | None,
-        log_path: Path,
-    ) -> LaunchedProcess:
+    def _start_cold(self, launch: _Launch) -> LaunchedProcess:
+        cpus = launch.cpus
+
         def preexec() -> None:
             die_with_parent()
             if cpus:
                 os.sched_setaffinity(0, cpus)
 
-        with open(log_path, "ab", buffering=0) as log_file:
+        with open(launch.log_path, "ab", buffering=0) as log_file:
             popen = subprocess.Popen(
-                proc.argv,
+                launch.proc.argv,
                 stdin=subprocess.DEVNULL,
                 stdout=log_file,
                 stderr=subprocess.STDOUT,
-                cwd=cwd,
-                env=env,
+                cwd=launch.cwd,
+                env=launch.env,
                 start_new_session=True,
                 preexec_fn=preexec,
             )
         self._started.add(popen.pid)
         return LocalProcess(popen)
 
-    def _from_pool(
-        self,
-        proc: ProcessSpec,
-        env: dict[str, str],
-        cwd: str | None,
-        cpus: set[int] | None,
-        log_path: Path,
-    ) -> LaunchedProcess | None:
+    def _from_pool(self, launch: _Launch) -> LaunchedProcess | None:
         """A warm process from the job's pool, for a worker bootstrap; None: start cold."""
-        if not self.spec.pool_socket or proc.argv[1:3] != ["-m", WORKER_MODULE]:
+        argv = launch.proc.argv
+        if not self.spec.pool_socket or argv[1:3] != ["-m", WORKER_MODULE]:
             return None
         from ..pool import client, kinds
 
-        self._pooled_ids.add(proc.id)
-        self._pool_env = env
+        self._pooled_ids.add(launch.proc.id)
+        self._pool_env = launch.env
         return client.claim(
             self.spec.pool_socket,
             {
-                "argv": proc.argv,
-                "env": env,
-                "cwd": cwd or os.getcwd(),
-                "log": str(log_path),
-                "cpus": sorted(cpus) if cpus else None,
+                "argv": argv,
+                "env": launch.env,
+                "cwd": launch.cwd or os.getcwd(),
+                "log": str(launch.log_path),
+                "cpus": sorted(launch.cpus) if launch.cpus else None,
                 "job": str(self.job.path),
                 "per_job": kinds.per_job_names(self.spec.env),
             },

@@ -26,6 +26,7 @@ from .generation import Generation
 from .outcomes import ProcessEvents
 from .periodic import (
     DiskWatch,
+    GpuWatch,
     HangWatch,
     MemoryWatch,
     OrphanReaper,
@@ -86,7 +87,8 @@ class Supervisor:
         self.processes = ProcessEvents(self)
         self.startup = StartupDeadline(self)
         self.duties = [self.startup, MemoryWatch(self), ScaleTimeout(self), OrphanReaper(self)]
-        self.duties += [HangWatch(self), StallWatch(self), DiskWatch(self), Saver(self)]
+        self.duties += [HangWatch(self), StallWatch(self), DiskWatch(self), GpuWatch(self)]
+        self.duties.append(Saver(self))
         self._loop_thread = threading.get_ident()
 
     @property

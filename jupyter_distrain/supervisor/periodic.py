@@ -75,6 +75,24 @@ class MemoryWatch(Periodic):
             return
 
 
+class GpuWatch(Periodic):
+    """Samples the utilisation and memory of each live process's GPUs (through its
+    launcher, NVML on the local one) into its row; nothing without GPUs."""
+
+    interval = 2.0
+
+    def run(self) -> None:
+        sup = self.supervisor
+        if not sup.spec.gpus:
+            return
+        for entry in sup.table.live_members():
+            usage = entry.handle.gpu_usage() if entry.handle else None
+            if usage is not None:
+                entry.record.gpu_percent = usage.percent
+                entry.record.gpu_memory = usage.memory_bytes
+                sup.dirty = True
+
+
 class HangWatch(Periodic):
     """Fails the job when a running process goes unheard for ``--hang-timeout`` seconds:
     every worker's reporter sends a heartbeat each second, so silence means the process

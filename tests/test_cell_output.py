@@ -1,0 +1,81 @@
+"""What a cell prints of its processes' output: Keras progress bars as their last
+state, TensorFlow's start-up lines once, everything on disk as written."""
+
+from __future__ import annotations
+
+import io
+
+from jupyter_distrain import JobSpec, submit
+from jupyter_distrain.contract import ProcessId
+from jupyter_distrain.follow import follow
+from jupyter_distrain.output import CellOutput, as_terminal_shows
+
+# what Keras 2's Progbar writes for one epoch of 3 steps (backspaces, then \r, padding)
+BAR = (
+    "\r1/3 [=========>....................] - ETA: 0s - loss: 2.3000"
+    + "\b" * 62
+    + "\r2/3 [===================>..........] - ETA: 0s - loss: 2.1000"
+    + "\b" * 62
+    + "\r3/3 [==============================] - 1s 5ms/step - loss: 2.0000"
+)
+
+
+def test_a_progress_bar_shows_its_last_state():
+    assert as_terminal_shows(BAR) == (
+        "3/3 [==============================] - 1s 5ms/step - loss: 2.0000"
+    )
+    assert as_terminal_shows("abc\rxy") == "xyc"
+    assert as_terminal_shows("\x1b[1m10/10\x1b[0m\r\x1b[1m11/11\x1b[0m") == "11/11"
+    assert as_terminal_shows("plain text") == "plain text"
+
+
+def test_tensorflow_startup_lines_show_once_user_lines_always():
+    out = CellOutput()
+    tf_line = "2026-11-29 23:09:42.{}: I tensorflow/core/util/port.cc:113] oneDNN custom ops on."
+    absl = "W{} 23:09:4{}.123456   {} cuda_executor.cc:1] no GPU"
+    shown = [
+        out.line(tf_line.format("111111")),
+        out.line(tf_line.format("222222")),  # the other rank, another time
+        out.line(absl.format("1129", 1, 100)),
+        out.line(absl.format("1129", 2, 200)),
+        out.line("epoch 1 done"),
+        out.line("epoch 1 done"),  # the user's own lines are never dropped
+        out.line("\r\b\r"),
+    ]
+    assert shown == [
+        tf_line.format("111111"),
+        None,
+        absl.format("1129", 1, 100),
+        None,
+        "epoch 1 done",
+        "epoch 1 done",
+        None,
+    ]
+    assert CellOutput(all_output=True).line(BAR) == BAR
+
+
+KERAS_FIT = """\
+import numpy as np
+import tensorflow as tf
+strategy = tf.distribute.MultiWorkerMirroredStrategy()
+with strategy.scope():
+    model = tf.keras.Sequential([tf.keras.Input((4,)), tf.keras.layers.Dense(1)])
+    model.compile(optimizer="sgd", loss="mse")
+model.fit(np.ones((96, 4)), np.ones((96, 1)), batch_size=8, epochs=3, verbose=1)
+"""
+
+
+def test_a_two_worker_keras_fit_prints_readable_lines(jobs_root):
+    job = submit(JobSpec(code=KERAS_FIT, workers=2, backend="tf"))
+    out = io.StringIO()
+    assert follow(job, out=out, timeout=180) == "succeeded"
+    text = out.getvalue()
+    assert "\r" not in text and "\b" not in text
+    for rank in (0, 1):
+        finals = [x for x in text.splitlines() if x.startswith(f"[{rank}] ") and "loss:" in x]
+        assert len(finals) == 3, text  # one line per epoch, its bar's last state
+        assert all("/step" in x for x in finals), finals
+    startup = [x for x in text.splitlines() if "cpu_feature_guard" in x]
+    assert len(startup) <= 1, startup  # both ranks log it; it shows once
+    # the logs on disk keep every byte
+    assert "\r" in job.logs(ProcessId("worker", 1))
