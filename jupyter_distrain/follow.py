@@ -72,8 +72,7 @@ class LogTail:
     def _labelled(self, lines: Iterable[tuple[ProcessId, bytes]]) -> list[str]:
         shown = []
         for process, line in lines:
-            text = self.output.line(line.decode(errors="replace"))
-            if text is not None:
+            for text in self.output.lines(line.decode(errors="replace")):
                 shown.append(f"{label(process)} {text}")
         return shown
 

@@ -27,6 +27,10 @@ _TIMESTAMP = re.compile(
     r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d+: |^([IWEF])\d{4} \d\d:\d\d:\d\d\.\d+\s+\d+ "
 )
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
+# a framework message another thread wrote into the middle of a progress bar's line
+_GLUED = re.compile(r"(?<=\S)(?=(?:WARNING|INFO):(?:tensorflow|absl|root):)")
+# a Keras progress bar that has not reached its end ("7/12 [====>....")
+_UNFINISHED_BAR = re.compile(r"^\s*(\d+)/(\d+) \[")
 MAX_REMEMBERED = 10_000
 
 
@@ -57,17 +61,31 @@ class CellOutput:
         self.all_output = all_output
         self._shown: set[str] = set()
 
-    def line(self, text: str) -> str | None:
-        """What to print for one line of a process's output; None: nothing."""
+    def lines(self, text: str) -> list[str]:
+        """What to print for one line of a process's output (none, one, or a bar and the
+        framework message that was written into it)."""
         if self.all_output:
-            return text
+            return [text]
         shown = as_terminal_shows(text)
-        if not shown.strip() and text.strip():
-            return None  # only control characters
-        if _FRAMEWORK_LINE.match(shown):
-            key = _TIMESTAMP.sub(r"\1", shown)
-            if key in self._shown:
-                return None
-            if len(self._shown) < MAX_REMEMBERED:
-                self._shown.add(key)
-        return shown
+        if not shown.strip():
+            return [shown] if not text.strip() else []  # blank stays; control chars go
+        parts = _GLUED.split(shown) if "\r" in text else [shown]
+        if len(parts) > 1 and _unfinished_bar(parts[0]):
+            parts = parts[1:]  # the bar's state when the message cut in: its end follows
+        return [part for part in parts if self._new_or_ours(part)]
+
+    def _new_or_ours(self, line: str) -> bool:
+        """False for a framework line shown before (from any rank)."""
+        if not _FRAMEWORK_LINE.match(line):
+            return True
+        key = _TIMESTAMP.sub(r"\1", line)
+        if key in self._shown:
+            return False
+        if len(self._shown) < MAX_REMEMBERED:
+            self._shown.add(key)
+        return True
+
+
+def _unfinished_bar(line: str) -> bool:
+    match = _UNFINISHED_BAR.match(line)
+    return match is not None and match.group(1) != match.group(2)

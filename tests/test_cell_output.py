@@ -34,24 +34,38 @@ def test_tensorflow_startup_lines_show_once_user_lines_always():
     tf_line = "2026-11-29 23:09:42.{}: I tensorflow/core/util/port.cc:113] oneDNN custom ops on."
     absl = "W{} 23:09:4{}.123456   {} cuda_executor.cc:1] no GPU"
     shown = [
-        out.line(tf_line.format("111111")),
-        out.line(tf_line.format("222222")),  # the other rank, another time
-        out.line(absl.format("1129", 1, 100)),
-        out.line(absl.format("1129", 2, 200)),
-        out.line("epoch 1 done"),
-        out.line("epoch 1 done"),  # the user's own lines are never dropped
-        out.line("\r\b\r"),
+        out.lines(tf_line.format("111111")),
+        out.lines(tf_line.format("222222")),  # the other rank, another time
+        out.lines(absl.format("1129", 1, 100)),
+        out.lines(absl.format("1129", 2, 200)),
+        out.lines("epoch 1 done"),
+        out.lines("epoch 1 done"),  # the user's own lines are never dropped
+        out.lines("\r\b\r"),
+        out.lines(""),
     ]
     assert shown == [
-        tf_line.format("111111"),
-        None,
-        absl.format("1129", 1, 100),
-        None,
-        "epoch 1 done",
-        "epoch 1 done",
-        None,
+        [tf_line.format("111111")],
+        [],
+        [absl.format("1129", 1, 100)],
+        [],
+        ["epoch 1 done"],
+        ["epoch 1 done"],
+        [],
+        [""],
     ]
-    assert CellOutput(all_output=True).line(BAR) == BAR
+    assert CellOutput(all_output=True).lines(BAR) == [BAR]
+
+
+def test_a_warning_written_into_a_bar_becomes_its_own_line_once():
+    out = CellOutput()
+    glued = "\r 7/12 [====>....] - ETA: 0s - loss: 1.9WARNING:tensorflow:eager is slow"
+    assert out.lines(glued) == ["WARNING:tensorflow:eager is slow"]
+    assert out.lines(glued) == []  # the next epoch, or the other rank: shown already
+    final = "\r12/12 [==========] - 1s 14ms/step - loss: 0.6WARNING:tensorflow:other"
+    assert out.lines(final) == [
+        "12/12 [==========] - 1s 14ms/step - loss: 0.6",
+        "WARNING:tensorflow:other",
+    ]
 
 
 KERAS_FIT = """\
@@ -78,4 +92,5 @@ def test_a_two_worker_keras_fit_prints_readable_lines(jobs_root):
     startup = [x for x in text.splitlines() if "cpu_feature_guard" in x]
     assert len(startup) <= 1, startup  # both ranks log it; it shows once
     # the logs on disk keep every byte
-    assert "\r" in job.logs(ProcessId("worker", 1))
+    raw = job.dir.log_file(ProcessId("worker", 1)).read_bytes()
+    assert b"\b" in raw and raw.count(b"loss:") > 3
