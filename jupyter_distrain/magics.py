@@ -16,7 +16,7 @@ from IPython.core.magic_arguments import (
     parse_argstring,
 )
 
-from . import api
+from . import api, bench
 from .cellcheck import elastic_warnings, undefined_names
 from .contract import ProcessId
 from .follow import follow, follow_async
@@ -50,6 +50,8 @@ def _line_parser() -> MagicArgumentParser:
     parser = MagicArgumentParser(prog="%distributed", add_help=False)
     sub = parser.add_subparsers(dest="command", parser_class=MagicArgumentParser)
     sub.add_parser("list", help="list every job")
+    bench_parser = sub.add_parser("bench", help="images/sec and scaling efficiency per backend")
+    bench.add_arguments(bench_parser)
     pool = sub.add_parser("pool", help="list the warm pools (idle processes, memory)")
     pool.add_argument("--clear", action="store_true", help="end every idle pooled process")
     for name, text in (
@@ -65,6 +67,20 @@ def _line_parser() -> MagicArgumentParser:
     logs.add_argument("job")
     logs.add_argument("--rank", type=int, default=None, help="only this rank's log")
     return parser
+
+
+def _bench(args: Any) -> list[bench.BenchRow]:
+    try:
+        settings = bench.settings_from(args)
+    except SpecError as exc:
+        raise UsageError(str(exc)) from None
+    rows, results = bench.run(settings, progress=lambda line: print(line, flush=True))
+    print(bench.table(rows))
+    print(f"Saved in {results} (results.csv, results.json, chart.svg).")
+    from IPython.display import SVG, display
+
+    display(SVG(bench.chart_svg(rows)))
+    return rows
 
 
 def _print_pools(clear: bool) -> None:
@@ -260,7 +276,8 @@ class DistributedMagics(Magics):
         args = _line_parser().parse_argstring(line)
         if args.command is None:
             raise UsageError(
-                "%distributed needs a command: list, status, logs, stop, scale, attach or pool"
+                "%distributed needs a command: "
+                "list, status, logs, stop, scale, attach, pool or bench"
             )
         if args.command == "list":
             jobs = Job.list()
@@ -269,6 +286,8 @@ class DistributedMagics(Magics):
         if args.command == "pool":
             _print_pools(clear=args.clear)
             return None
+        if args.command == "bench":
+            return _bench(args)
         try:
             job = Job.attach(args.job)
         except KeyError as exc:

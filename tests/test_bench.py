@@ -1,0 +1,85 @@
+"""``bench``: real jobs for 1..N workers per backend, a table with scaling efficiency,
+CSV/JSON/SVG saved in the job store; bad settings refused before anything runs."""
+
+from __future__ import annotations
+
+import csv
+import json
+import subprocess
+import sys
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import pytest
+from IPython.core.error import UsageError
+from IPython.core.interactiveshell import InteractiveShell
+
+from jupyter_distrain import bench
+from jupyter_distrain.magics import DistributedMagics
+from jupyter_distrain.spec import SpecError
+from jupyter_distrain.store import list_job_dirs
+
+TINY = {"image_size": 8, "width": 4, "blocks": 1, "batch_size": 8, "steps": 5, "epochs": 2}
+CLI = str(Path(sys.executable).with_name("jupyter-distrain"))
+
+
+def test_a_two_worker_bench_of_tf_and_ps_measures_every_configuration(jobs_root):
+    lines: list[str] = []
+    settings = bench.BenchSettings(workers=2, backends=["tf", "ps"], ps=[1], **TINY)
+    rows, out = bench.run(settings, progress=lines.append)
+    got = {(r.backend, r.workers): r for r in rows}
+    assert set(got) == {("tf", 1), ("tf", 2), ("ps (1 ps)", 1), ("ps (1 ps)", 2)}
+    assert all(r.images_per_sec > 0 for r in rows)
+    assert got[("tf", 1)].efficiency == 1.0
+    expected = got[("tf", 2)].images_per_sec / (2 * got[("tf", 1)].images_per_sec)
+    assert got[("tf", 2)].efficiency == pytest.approx(expected)
+    assert len(list_job_dirs(jobs_root)) == 4  # each run is a job of its own
+    assert lines[0] == "bench 1/4: tf, 1 worker(s) ..." and "images/sec" in lines[-1]
+    # saved beside the jobs: CSV, JSON (with the settings), the chart
+    assert out.parent == jobs_root / "bench"
+    with open(out / "results.csv") as f:
+        assert len(list(csv.DictReader(f))) == 4
+    assert json.loads((out / "results.json").read_text())["settings"]["workers"] == 2
+    svg = ET.fromstring((out / "chart.svg").read_text())
+    assert len(svg.findall("{http://www.w3.org/2000/svg}polyline")) == 2
+    table = bench.table(rows).splitlines()
+    assert table[0].split() == ["backend", "workers", "images/sec", "efficiency"]
+    assert [line.split()[0] for line in table[1:]] == ["ps", "ps", "tf", "tf"]
+
+
+@pytest.mark.horovod
+def test_the_command_line_benches_horovod_and_copies_the_results(jobs_root, tmp_path):
+    flags = [f"--{k.replace('_', '-')}={v}" for k, v in TINY.items()]
+    out = tmp_path / "out"
+    done = subprocess.run(
+        [CLI, "bench", "--workers", "2", "--backends", "horovod", *flags, "--out", str(out)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    rows = [line.split() for line in done.stdout.splitlines() if line.startswith("horovod ")]
+    assert [row[1] for row in rows] == ["1", "2"] and rows[0][3] == "1.00"
+    assert {p.name for p in out.iterdir()} == {"results.csv", "results.json", "chart.svg"}
+
+
+@pytest.mark.parametrize(
+    "flags, message",
+    [
+        (["--backends", "horovod,nope"], "--backends: nope; choose from horovod, tf, ps"),
+        (["--ps", "0"], "--ps needs counts >= 1"),
+        (["--ps", "two"], "--ps must be comma-separated whole numbers"),
+        (["--epochs", "1"], "--epochs must be >= 2"),
+        (["--workers", "0"], "--workers must be >= 1"),
+    ],
+)
+def test_bad_bench_settings_are_refused_before_anything_runs(jobs_root, flags, message):
+    done = subprocess.run([CLI, "bench", *flags], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2 and len(done.stderr.strip().splitlines()) == 1
+    assert done.stderr.startswith(f"jupyter-distrain bench: {message}")
+    magics = DistributedMagics(shell=InteractiveShell.instance())
+    with pytest.raises(UsageError, match=message.replace("(", r"\(")):
+        magics._line_command("bench " + " ".join(flags))
+    assert list_job_dirs(jobs_root) == []
+    with pytest.raises(SpecError):
+        bench.BenchSettings(backends=[]).validate()
