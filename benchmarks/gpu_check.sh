@@ -2,8 +2,8 @@
 # The GPU check, for a machine with NVIDIA GPUs (not CI: CI has none).
 # Installs a GPU build of TensorFlow (2.15.1 where Python <= 3.11, the pinned version;
 # else 2.20 with tf-keras), this package, then runs a job with one GPU per worker
-# (2 workers, or 1 on a single-GPU machine) and prints each worker's device and
-# images/sec.   usage: bash benchmarks/gpu_check.sh [VENV]
+# (2 workers, or 1 on a single-GPU machine) and prints each worker's device, images/sec
+# and the GPU utilisation and memory the supervisor sampled.   usage: bash benchmarks/gpu_check.sh [VENV]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 venv=${1:-/tmp/gpu-venv}
@@ -35,8 +35,18 @@ with strategy.scope():
     model.compile(optimizer="sgd", loss=tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True))
 model.fit(x, y, batch_size=128 * strategy.num_replicas_in_sync, epochs=2, verbose=0)
 """
+import time
 job = submit(JobSpec(code=cell, workers=workers, backend="tf", gpus=1, timeout=600))
+busiest = {}  # the GPU utilisation and memory the supervisor sampled (NVML), at their peak
+while not job.done:
+    for p in job.status().processes:
+        if p.gpu_percent is not None:
+            old = busiest.get(str(p.id), (0.0, 0))
+            busiest[str(p.id)] = (max(old[0], p.gpu_percent), max(old[1], p.gpu_memory or 0))
+    time.sleep(2)
 print("job", job.id, "state", job.wait(timeout=1800))
+for pid, (percent, memory) in sorted(busiest.items()):
+    print(f"{pid}: GPU utilisation up to {percent:.0f}%, memory up to {memory / 2**30:.1f} GiB")
 for p in job.status().processes:
     records = [json.loads(l) for l in job.dir.metrics_file.read_text().splitlines()]
     rates = [r["images_per_sec"] for r in records if ProcessId.of(r) == p.id and "images_per_sec" in r]

@@ -28,7 +28,7 @@ _TIMESTAMP = re.compile(
 )
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 # a framework message another thread wrote into the middle of a progress bar's line
-_GLUED = re.compile(r"(?<=\S)(?=(?:WARNING|INFO):(?:tensorflow|absl|root):)")
+_GLUED = re.compile(r"(?<=.)(?=(?:WARNING|INFO):(?:tensorflow|absl|root):)")
 # a Keras progress bar that has not reached its end ("7/12 [====>....")
 _UNFINISHED_BAR = re.compile(r"^\s*(\d+)/(\d+) \[")
 MAX_REMEMBERED = 10_000
@@ -72,7 +72,9 @@ class CellOutput:
         parts = _GLUED.split(shown) if "\r" in text else [shown]
         if len(parts) > 1 and _unfinished_bar(parts[0]):
             parts = parts[1:]  # the bar's state when the message cut in: its end follows
-        return [part for part in parts if self._new_or_ours(part)]
+        if len(parts) > 1:
+            parts = [part.rstrip() for part in parts]
+        return [part for part in parts if part.strip() and self._new_or_ours(part)]
 
     def _new_or_ours(self, line: str) -> bool:
         """False for a framework line shown before (from any rank)."""

@@ -61,6 +61,8 @@ def test_a_warning_written_into_a_bar_becomes_its_own_line_once():
     glued = "\r 7/12 [====>....] - ETA: 0s - loss: 1.9WARNING:tensorflow:eager is slow"
     assert out.lines(glued) == ["WARNING:tensorflow:eager is slow"]
     assert out.lines(glued) == []  # the next epoch, or the other rank: shown already
+    padded = "\r 9/12 [=====>...] - loss: 5.1 WARNING:tensorflow:eager is slow"
+    assert out.lines(padded) == []  # after the bar's padding: the same message
     final = "\r12/12 [==========] - 1s 14ms/step - loss: 0.6WARNING:tensorflow:other"
     assert out.lines(final) == [
         "12/12 [==========] - 1s 14ms/step - loss: 0.6",
