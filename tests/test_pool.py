@@ -160,7 +160,8 @@ print("SIZE", hvd.size(), hvd.rank(), flush=True)
 
 
 @pytest.mark.horovod
-def test_horovod_is_initialised_for_the_job_in_pooled_processes(pool_on):
+def test_horovod_is_initialised_for_the_job_in_pooled_processes(pool_on, monkeypatch):
+    monkeypatch.setenv("JUPYTER_DISTRAIN_POOL_WARMUP", "1")
     first = submit(JobSpec(code=KERAS_HOROVOD, workers=2, backend="horovod"))
     assert first.wait(timeout=180) == "succeeded", first.logs()
     # rank 0 recorded the library functions its first step converted to graph code...
@@ -182,5 +183,7 @@ def test_import_environment_ignores_per_job_names_only():
     per_job = kinds.per_job_names({"X": "1", "TF_CPP_MIN_LOG_LEVEL": "2"})
     assert per_job == ["X"]  # TF_* is read at import: it must match, not be given later
     assert kinds.import_env(env, per_job) == {"PATH": "/bin", "TF_CPP_MIN_LOG_LEVEL": "2"}
+    # the warm-up setting is read by the pooled process before any claim: it must match
+    assert "JUPYTER_DISTRAIN_POOL_WARMUP" in kinds.import_env({"JUPYTER_DISTRAIN_POOL_WARMUP": "1"})
     assert not kinds.enabled({"JUPYTER_DISTRAIN_POOL": "0"})
     assert kinds.enabled({})
