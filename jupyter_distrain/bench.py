@@ -39,7 +39,8 @@ import time
 import numpy as np
 import tensorflow as tf
 
-IMAGE, WIDTH, BLOCKS, BATCH, STEPS, EPOCHS = {image}, {width}, {blocks}, {batch}, {steps}, {epochs}
+IMAGE, WIDTH, BLOCKS = {image_size}, {width}, {blocks}
+BATCH, STEPS, EPOCHS = {batch_size}, {steps}, {epochs}
 x = np.random.default_rng(0).random((BATCH * 4, IMAGE, IMAGE, 3), dtype=np.float32)
 y = np.random.default_rng(1).integers(0, 10, BATCH * 4)
 
@@ -151,15 +152,7 @@ class BenchSettings:
 
     def program(self, backend: str) -> str:
         """The cell a run of ``backend`` executes."""
-        head = _PROGRAM.format(
-            image=self.image_size,
-            width=self.width,
-            blocks=self.blocks,
-            batch=self.batch_size,
-            steps=self.steps,
-            epochs=self.epochs,
-        )
-        return head + _BODIES[backend]
+        return _PROGRAM.format(**dataclasses.asdict(self)) + _BODIES[backend]
 
     def runs(self) -> list[tuple[str, int, int]]:
         """(backend, workers, ps) for every run, one worker count at a time."""
@@ -318,6 +311,7 @@ def add_arguments(parser: Any) -> None:
     parser.add_argument("--steps", type=int, default=20, help="steps per epoch")
     parser.add_argument("--epochs", type=int, default=3, help="epochs (the first warms up)")
     parser.add_argument("--launcher", default="local")
+    parser.add_argument("--timeout", type=float, default=600.0, help="seconds per run")
 
 
 def settings_from(args: argparse.Namespace) -> BenchSettings:
@@ -326,15 +320,8 @@ def settings_from(args: argparse.Namespace) -> BenchSettings:
         ps = [int(p) for p in str(args.ps).split(",") if p.strip()]
     except ValueError:
         raise SpecError(f"--ps must be comma-separated whole numbers, got {args.ps!r}") from None
-    return BenchSettings(
-        workers=args.workers,
-        backends=[b.strip() for b in str(args.backends).split(",") if b.strip()],
-        ps=ps,
-        image_size=args.image_size,
-        width=args.width,
-        blocks=args.blocks,
-        batch_size=args.batch_size,
-        steps=args.steps,
-        epochs=args.epochs,
-        launcher=args.launcher,
-    ).validate()
+    # the flags are named after the settings (--batch-size -> batch_size)
+    given = {f.name: getattr(args, f.name) for f in dataclasses.fields(BenchSettings)}
+    given["backends"] = [b.strip() for b in str(args.backends).split(",") if b.strip()]
+    given["ps"] = ps
+    return BenchSettings(**given).validate()

@@ -17,18 +17,20 @@ import re
 
 # TensorFlow's C++ logging, absl/glog's format, Python-side framework warnings, and
 # the continuation line of cpu_feature_guard's message
-_FRAMEWORK_LINE = re.compile(
-    r"^(?:\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d+: [IWEF] \S+\] "
-    r"|[IWEF]\d{4} \d\d:\d\d:\d\d\.\d+\s+\d+ \S+\] "
+_FRAMEWORK_START = (
+    r"(?:\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d+: [IWEF] \S+\] "
+    r"|[IWEF]\d{4} \d\d:\d\d:[\d.]+\s+\d+ \S+\] "
     r"|(?:WARNING|INFO):(?:tensorflow|absl|root):"
+    r"|WARNING: All log messages before absl::InitializeLog\(\) is called"
     r"|To enable the following instructions: )"
 )
+_FRAMEWORK_LINE = re.compile("^" + _FRAMEWORK_START)
 _TIMESTAMP = re.compile(
-    r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d+: |^([IWEF])\d{4} \d\d:\d\d:\d\d\.\d+\s+\d+ "
+    r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d+: |^([IWEF])\d{4} \d\d:\d\d:[\d.]+\s+\d+ "
 )
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 # a framework message another thread wrote into the middle of a progress bar's line
-_GLUED = re.compile(r"(?<=.)(?=(?:WARNING|INFO):(?:tensorflow|absl|root):)")
+_GLUED = re.compile("(?<=.)(?=" + _FRAMEWORK_START + ")")
 # a Keras progress bar that has not reached its end ("7/12 [====>....")
 _UNFINISHED_BAR = re.compile(r"^\s*(\d+)/(\d+) \[")
 MAX_REMEMBERED = 10_000

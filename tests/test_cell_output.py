@@ -54,6 +54,10 @@ def test_tensorflow_startup_lines_show_once_user_lines_always():
         [""],
     ]
     assert CellOutput(all_output=True).lines(BAR) == [BAR]
+    # TensorFlow 2.20's absl lines before InitializeLog: seconds since the epoch
+    new_absl = "I0000 00:00:1796001486.{}   {} grpc_server_lib.cc:466] Started server"
+    assert out.lines(new_absl.format("918220", 17766)) == [new_absl.format("918220", 17766)]
+    assert out.lines(new_absl.format("919325", 17768)) == []
 
 
 def test_a_warning_written_into_a_bar_becomes_its_own_line_once():
@@ -63,6 +67,8 @@ def test_a_warning_written_into_a_bar_becomes_its_own_line_once():
     assert out.lines(glued) == []  # the next epoch, or the other rank: shown already
     padded = "\r 9/12 [=====>...] - loss: 5.1 WARNING:tensorflow:eager is slow"
     assert out.lines(padded) == []  # after the bar's padding: the same message
+    cpp = "\r 7/12 [===>...] - loss: 2.1e-052026-11-30 01:18:07.924873: I tf/x.cc:407] Local rendezvous"
+    assert out.lines(cpp) == ["2026-11-30 01:18:07.924873: I tf/x.cc:407] Local rendezvous"]
     final = "\r12/12 [==========] - 1s 14ms/step - loss: 0.6WARNING:tensorflow:other"
     assert out.lines(final) == [
         "12/12 [==========] - 1s 14ms/step - loss: 0.6",
