@@ -31,7 +31,7 @@ _TIMESTAMP = re.compile(
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 # a framework message another thread wrote into the middle of a progress bar's line
 _GLUED = re.compile("(?<=.)(?=" + _FRAMEWORK_START + ")")
-# a Keras progress bar that has not reached its end ("7/12 [====>....")
+# a Keras progress bar ("7/12 [====>....")
 _UNFINISHED_BAR = re.compile(r"^\s*(\d+)/(\d+) \[")
 MAX_REMEMBERED = 10_000
 
@@ -91,5 +91,7 @@ class CellOutput:
 
 
 def _unfinished_bar(line: str) -> bool:
+    """A bar's state before its final one: short of its total, or still showing an ETA
+    (Keras redraws the last step with its time per step)."""
     match = _UNFINISHED_BAR.match(line)
-    return match is not None and match.group(1) != match.group(2)
+    return match is not None and (match.group(1) != match.group(2) or "ETA:" in line)
