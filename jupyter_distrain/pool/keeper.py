@@ -423,10 +423,7 @@ class Keeper:
     def _kill_orphans(self, ended: Pooled) -> None:
         """What a job's process started and left behind became ours (we are a subreaper):
         kill what belongs to its job (its session, or its job directory in the env)."""
-        known = {p.pid for p in [*self.idle.values(), *self.claimed.values()]}
-        for child in psutil.Process().children():
-            if child.pid in known:
-                continue
+        for child in self._orphans():
             with contextlib.suppress(psutil.Error, OSError):
                 if os.getsid(child.pid) == ended.pid or (
                     ended.job and child.environ().get(Env.JOB_DIR) == ended.job
@@ -434,12 +431,15 @@ class Keeper:
                     signal_tree(child, signal.SIGKILL)
 
     def _reap_orphans(self) -> None:
+        for child in self._orphans():
+            with contextlib.suppress(ChildProcessError, psutil.Error):
+                if child.status() == psutil.STATUS_ZOMBIE:
+                    os.waitpid(child.pid, os.WNOHANG)
+
+    def _orphans(self) -> list[psutil.Process]:
+        """Our children that are not pool processes: what a job's process left to us."""
         known = {p.pid for p in [*self.idle.values(), *self.claimed.values()]}
-        for child in psutil.Process().children():
-            if child.pid not in known:
-                with contextlib.suppress(ChildProcessError, psutil.Error):
-                    if child.status() == psutil.STATUS_ZOMBIE:
-                        os.waitpid(child.pid, os.WNOHANG)
+        return [child for child in psutil.Process().children() if child.pid not in known]
 
     def state(self) -> dict[str, Any]:
         """What ``state.json`` says: the keeper, its settings and its processes."""
