@@ -174,6 +174,18 @@ class DistributedMagics(Magics):
         action="store_true",
         help="start every process cold, never from the warm pool",
     )
+    @argument("--hosts", default="", help="ssh launcher: host:slots,... or a hostfile")
+    @argument("--ssh-port", type=int, default=22, help="ssh launcher: the hosts' ssh port")
+    @argument("--ssh-user", default="", help="ssh launcher: the user on the hosts")
+    @argument("--ssh-identity", default="", metavar="FILE", help="ssh launcher: private key")
+    @argument("--ssh-known-hosts", default="", metavar="FILE", help="ssh launcher: known_hosts")
+    @argument(
+        "--ssh-accept-new-hosts",
+        action="store_true",
+        help="ssh launcher: accept and record the key of a host seen for the first time",
+    )
+    @argument("--remote-python", default="", help="ssh launcher: the interpreter on the hosts")
+    @argument("--network-interface", default="", help="ssh launcher: the interface to use")
     @argument(
         "--background", action="store_true", help="return a Job handle at once instead of waiting"
     )
@@ -230,6 +242,14 @@ class DistributedMagics(Magics):
                 stall_timeout=args.stall_timeout,
                 keras=args.keras,
                 pool=not args.no_pool,
+                hosts=args.hosts,
+                ssh_port=args.ssh_port,
+                ssh_user=args.ssh_user,
+                ssh_identity=args.ssh_identity,
+                ssh_known_hosts=args.ssh_known_hosts,
+                ssh_accept_new_hosts=args.ssh_accept_new_hosts,
+                remote_python=args.remote_python,
+                network_interface=args.network_interface,
             ).validate()
             self._warn_undefined(spec)
             for warning in elastic_warnings(spec.code):

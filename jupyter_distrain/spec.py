@@ -17,6 +17,8 @@ class SpecError(ValueError):
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,39}$")
 _ENV_KEY_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _IDENTIFIER_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_USER_RE = re.compile(r"^[a-z_][a-z0-9_.-]{0,31}$", re.IGNORECASE)
+_IFACE_RE = re.compile(r"^[A-Za-z0-9_.:@-]{1,15}$")
 
 CONTROLLERS = ("gloo", "mpi")
 KERAS_CHOICES = ("auto", "legacy", "native")
@@ -55,6 +57,16 @@ class JobSpec:
     gpu_ids: list[str] = field(default_factory=list)  # the devices to use (default: all)
     pool: bool = True  # take warm processes from a pool where one matches (--no-pool: never)
     pool_socket: str = ""  # the pool chosen at submit ("" none); set by the launcher
+    # multi-host launchers (ssh)
+    hosts: str = ""  # "h1:slots,h2:slots" or a hostfile
+    ssh_port: int = 22
+    ssh_user: str = ""
+    ssh_identity: str = ""  # a private key file
+    ssh_known_hosts: str = ""  # a known_hosts file (default: ssh's own)
+    ssh_accept_new_hosts: bool = False  # accept (and record) unknown host keys
+    remote_python: str = ""  # the interpreter on the hosts ("" the same path as here)
+    network_interface: str = ""  # force this interface on every host
+    placement: list[dict[str, Any]] = field(default_factory=list)  # set by the launcher
 
     def validate(self) -> JobSpec:
         """Check every field; raise :class:`SpecError` naming the first bad one."""
@@ -82,6 +94,16 @@ class JobSpec:
             raise SpecError(f"--gpus must be a whole number >= 0, got {self.gpus!r}")
         if self.gpu_ids and not self.gpus:
             raise SpecError("--gpu-ids needs --gpus N (the GPUs each worker gets)")
+        if not isinstance(self.ssh_port, int) or not 1 <= self.ssh_port <= 65535:
+            raise SpecError(f"--ssh-port must be a port number 1-65535, got {self.ssh_port!r}")
+        if self.ssh_user and not _USER_RE.match(self.ssh_user):
+            raise SpecError(f"--ssh-user: {self.ssh_user!r} is not a user name")
+        if self.network_interface and not _IFACE_RE.match(self.network_interface):
+            raise SpecError(
+                f"--network-interface: {self.network_interface!r} is not an interface name"
+            )
+        if self.hosts and self.launcher == "local":
+            raise SpecError("--hosts is for a multi-host launcher: add --launcher ssh")
         if self.batch_size is not None and self.batch_size < 1:
             raise SpecError(f"--batch-size must be >= 1, got {self.batch_size!r}")
         _number("--timeout", self.timeout, "a number of seconds > 0", low=0, high=MAX_SECONDS)

@@ -1,0 +1,134 @@
+"""Running the remote agent on a host over OpenSSH: options, commands, readable errors.
+
+Host keys are always checked (``StrictHostKeyChecking=yes``, or ``accept-new`` when
+the user passes ``--ssh-accept-new-hosts``); ssh never asks anything (``BatchMode``).
+"""
+
+from __future__ import annotations
+
+import shlex
+import subprocess
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import TypeVar
+
+from ..spec import JobSpec
+
+AGENT_MODULE = "jupyter_distrain.remote"
+ALIVE_INTERVAL = 2  # seconds between ssh's keepalives; 3 unanswered end the connection
+CONNECT_TIMEOUT = 10
+
+T = TypeVar("T")
+
+
+class RemoteError(RuntimeError):
+    """An ssh command on a host failed; the message is one line naming the host."""
+
+
+@dataclass(frozen=True)
+class SshOptions:
+    """How to reach every host of a job."""
+
+    port: int = 22
+    user: str = ""
+    identity: str = ""
+    known_hosts: str = ""
+    accept_new: bool = False
+    python: str = ""  # the interpreter on the hosts
+
+    @classmethod
+    def of(cls, spec: JobSpec, local_python: str) -> SshOptions:
+        return cls(
+            spec.ssh_port,
+            spec.ssh_user,
+            spec.ssh_identity,
+            spec.ssh_known_hosts,
+            spec.ssh_accept_new_hosts,
+            spec.remote_python or spec.python or local_python,
+        )
+
+    def ssh_argv(self, host: str, remote: Sequence[str], *options: str) -> list[str]:
+        """``ssh ... host -- remote`` with these options (``-R``, ...)."""
+        checking = "accept-new" if self.accept_new else "yes"
+        argv = ["ssh", "-p", str(self.port), "-o", "BatchMode=yes"]
+        argv += ["-o", f"StrictHostKeyChecking={checking}", "-o", "LogLevel=ERROR"]
+        argv += ["-o", f"ServerAliveInterval={ALIVE_INTERVAL}", "-o", "ServerAliveCountMax=3"]
+        argv += ["-o", f"ConnectTimeout={CONNECT_TIMEOUT}", "-o", "ExitOnForwardFailure=yes"]
+        if self.identity:
+            argv += ["-i", self.identity, "-o", "IdentitiesOnly=yes"]
+        if self.known_hosts:
+            argv += ["-o", f"UserKnownHostsFile={self.known_hosts}"]
+        if self.user:
+            argv += ["-l", self.user]
+        return [*argv, *options, host, "--", shlex.join(remote)]
+
+    def agent(self, *args: str) -> list[str]:
+        """The remote command line that runs the agent with ``args``."""
+        return [self.python, "-m", AGENT_MODULE, *args]
+
+    def run(self, host: str, args: Sequence[str], data: bytes = b"", timeout: float = 60) -> bytes:
+        """Run the agent on ``host``; its stdout, or :class:`RemoteError` explaining why not."""
+        try:
+            done = subprocess.run(
+                self.ssh_argv(host, self.agent(*args)),
+                input=data,
+                capture_output=True,
+                timeout=timeout,
+            )
+        except subprocess.TimeoutExpired:
+            raise RemoteError(f"host {host}: no answer within {timeout:g} s") from None
+        if done.returncode != 0:
+            raise RemoteError(
+                explain(host, done.returncode, done.stderr.decode(errors="replace"), self)
+            )
+        return done.stdout
+
+
+def explain(host: str, code: int, stderr: str, options: SshOptions) -> str:
+    """One line saying why an ssh command on ``host`` failed."""
+    lines = [line.strip() for line in stderr.splitlines() if line.strip()]
+    text = " ".join(lines)
+    if "IDENTIFICATION HAS CHANGED" in text:
+        return (
+            f"host {host}: its host key has changed since it was recorded in known_hosts: "
+            "refusing it (if the change is expected, remove the old key with ssh-keygen -R)"
+        )
+    if "Host key verification failed" in text:
+        return (
+            f"host {host}: its host key is not in known_hosts: add it (ssh-keyscan) "
+            "or pass --ssh-accept-new-hosts to accept it on first contact"
+        )
+    if "remote port forwarding failed" in text:
+        return (
+            f"host {host}: its sshd refuses to forward the job's Unix sockets "
+            "(sshd_config: AllowStreamLocalForwarding, AllowTcpForwarding, DisableForwarding)"
+        )
+    if "Permission denied" in text:
+        who = f"user {options.user}" if options.user else "this user"
+        return f"host {host}: ssh refused the key for {who} (Permission denied; --ssh-identity?)"
+    if f"No module named {AGENT_MODULE.split('.')[0]}" in text:
+        return (
+            f"host {host}: {options.python} cannot import jupyter_distrain: install the "
+            "package there, or point --remote-python at an interpreter that has it"
+        )
+    if code == 127 or (code != 255 and "No such file or directory" in text):
+        return f"host {host}: no Python interpreter at {options.python} (--remote-python)"
+    if code == 255:  # ssh's own failure: its message says what (refused, timed out, ...)
+        reason = lines[-1] if lines else "ssh failed"
+        return f"host {host}: {reason.removeprefix('ssh: ')}"
+    reason = lines[-1] if lines else f"exit code {code}"
+    return f"host {host}: {reason}"
+
+
+def on_each(hosts: Sequence[str], work: Callable[[str], T]) -> list[T | RemoteError]:
+    """``work(host)`` for every host in parallel; each result, or the error it raised."""
+
+    def attempt(host: str) -> T | RemoteError:
+        try:
+            return work(host)
+        except RemoteError as exc:
+            return exc
+
+    with ThreadPoolExecutor(max_workers=max(1, min(16, len(hosts)))) as pool:
+        return list(pool.map(attempt, hosts))

@@ -1,0 +1,292 @@
+"""The agent the ssh launcher runs on each host: ``python -m jupyter_distrain.remote CMD``.
+
+One short program per ssh session, light to import (no TensorFlow, no ZeroMQ):
+
+- ``preflight``: can this host run the job? Prints one JSON line: the interpreter,
+  whether the backend's libraries are there, the address the ssh connection came in
+  on (``SSH_CONNECTION``), the interface holding it, and free TCP ports on it.
+- ``unpack DIR``: make the job's private directory (0700) and extract the tar read from
+  stdin into it (the spec, ``train.py``, pushed values, the control file).
+- ``run DIR``: start one process (its argv, environment and working directory come as
+  the first JSON line on stdin) with its output on this session's stdout; report its
+  pid and start time, its memory and finally its exit code as marked lines on stderr;
+  take ``signal`` and ``ping`` commands from stdin. When stdin ends (the connection
+  or the supervisor is gone) or no ``ping`` came for ``HEARTBEAT_TIMEOUT`` seconds,
+  the whole process tree is killed: nothing outlives its connection.
+- ``finish DIR``: write a tar of what the job produced there (its result, checkpoints)
+  to stdout, then remove the directory.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import io
+import json
+import os
+import select
+import shutil
+import socket
+import stat
+import subprocess
+import sys
+import tarfile
+import time
+from pathlib import Path
+from typing import Any
+
+MARK = "\x1ejupyter_distrain "  # starts every line the agent writes to stderr
+HEARTBEAT_TIMEOUT = 10.0  # seconds without a ping before the agent kills its process
+REPORT_SECONDS = 2.0  # how often memory is reported
+SOCKET_WAIT = 10.0  # seconds to wait for ssh's forwarded sockets to appear
+COPIED = ("spec.json", "train.py", "push.pkl", "control")  # what a host needs of a job
+NOT_RETURNED = {*COPIED, "logs"}  # what ``finish`` does not send back
+_PR_SET_CHILD_SUBREAPER = 36
+
+
+def report(**fields: Any) -> None:
+    """One marked JSON line on stderr, for the launcher on the other end."""
+    sys.stderr.write(MARK + json.dumps(fields) + "\n")
+    sys.stderr.flush()
+
+
+# --- preflight ------------------------------------------------------------------------
+def _interface_of(address: str) -> str:
+    import psutil
+
+    for name, addresses in psutil.net_if_addrs().items():
+        if any(a.family == socket.AF_INET and a.address == address for a in addresses):
+            return name
+    return ""
+
+
+def _address_of(interface: str) -> str:
+    import psutil
+
+    for a in psutil.net_if_addrs().get(interface, []):
+        if a.family == socket.AF_INET:
+            return a.address
+    return ""
+
+
+def free_ports(address: str, count: int) -> list[int]:
+    """``count`` distinct free TCP ports on ``address``."""
+    sockets = []
+    try:
+        for _ in range(count):
+            sock = socket.socket()
+            sock.bind((address, 0))
+            sockets.append(sock)
+        return [s.getsockname()[1] for s in sockets]
+    finally:
+        for sock in sockets:
+            sock.close()
+
+
+def preflight(backend: str, interface: str, ports: int) -> dict[str, Any]:
+    """What the launcher needs to know about this host (see the module docstring)."""
+    from .plugins import BACKENDS, load_plugin
+
+    found: dict[str, Any] = {"python": sys.executable, "home": str(Path.home())}
+    try:
+        ok, why = load_plugin(BACKENDS, backend).available()
+    except Exception as exc:  # a broken install: say so rather than crash
+        ok, why = False, f"{type(exc).__name__}: {exc}"
+    found["backend_ok"], found["backend_why"] = ok, why
+    client, _, server = (os.environ.get("SSH_CONNECTION", "").split() + ["", "", ""])[:3]
+    found["driver"] = client
+    if interface:
+        found["iface"], found["address"] = interface, _address_of(interface)
+    else:
+        found["iface"], found["address"] = _interface_of(server), server
+    if found["address"]:
+        found["ports"] = free_ports(found["address"], ports)
+    return found
+
+
+# --- the job directory ------------------------------------------------------------------
+def make_private_dir(path: Path) -> None:
+    """``path`` as a new or existing directory of this user, 0700, parents included."""
+    path.mkdir(mode=0o700, parents=True, exist_ok=True)
+    info = path.lstat()
+    if not stat.S_ISDIR(info.st_mode) or info.st_uid != os.getuid():
+        raise PermissionError(f"{path} is not a directory of this user")
+    path.chmod(0o700)
+
+
+def unpack(directory: Path, data: bytes) -> None:
+    """Extract the job's files (a tar) into ``directory``, made private first."""
+    make_private_dir(directory.parent)
+    make_private_dir(directory)
+    for name in ("logs", "checkpoints"):
+        make_private_dir(directory / name)
+    with tarfile.open(fileobj=io.BytesIO(data)) as tar:
+        tar.extractall(directory, filter="data")
+    for name in COPIED:
+        with contextlib.suppress(FileNotFoundError):
+            (directory / name).chmod(0o600)
+
+
+def pack(directory: Path, names: list[str] | None = None) -> bytes:
+    """A tar of ``names`` in ``directory`` (default: what the job produced there)."""
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w") as tar:
+        if directory.is_dir():
+            for entry in sorted(directory.iterdir()):
+                chosen = entry.name in names if names is not None else _produced(entry)
+                if chosen:
+                    tar.add(entry, entry.name)
+    return buffer.getvalue()
+
+
+def _produced(entry: Path) -> bool:
+    return (
+        entry.name not in NOT_RETURNED and not entry.is_socket() and not entry.name.startswith(".")
+    )
+
+
+# --- running one process ------------------------------------------------------------------
+def _kill_tree(root_pid: int) -> None:
+    import psutil
+
+    members = []
+    with contextlib.suppress(psutil.NoSuchProcess):
+        members.append(psutil.Process(root_pid))
+    members += psutil.Process().children(recursive=True)
+    for member in members:
+        with contextlib.suppress(psutil.NoSuchProcess):
+            member.kill()
+    for member in psutil.Process().children():
+        with contextlib.suppress(psutil.NoSuchProcess, ChildProcessError):
+            member.wait(0.5)
+
+
+def _signal(process: subprocess.Popen[bytes], sig: int, tree: bool) -> None:
+    import psutil
+
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        if tree:
+            os.killpg(process.pid, sig)
+            for child in psutil.Process(process.pid).children(recursive=True):
+                with contextlib.suppress(psutil.NoSuchProcess):
+                    child.send_signal(sig)
+        else:
+            process.send_signal(sig)
+
+
+def _tree_rss(pid: int) -> int:
+    import psutil
+
+    total = 0
+    with contextlib.suppress(psutil.NoSuchProcess):
+        root = psutil.Process(pid)
+        for member in [root, *root.children(recursive=True)]:
+            with contextlib.suppress(psutil.NoSuchProcess):
+                total += member.memory_info().rss
+    return total
+
+
+def _wait_for_sockets(paths: list[str]) -> None:
+    deadline = time.monotonic() + SOCKET_WAIT
+    while time.monotonic() < deadline and not all(os.path.exists(p) for p in paths):
+        time.sleep(0.02)
+
+
+def run(directory: Path) -> int:
+    """Run the process described on stdin's first line until it exits or we are cut off."""
+    import psutil
+
+    ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_CHILD_SUBREAPER, 1)
+    stdin = sys.stdin.buffer
+    request = json.loads(stdin.readline())
+    _wait_for_sockets(request.get("sockets", []))
+    os.chdir(directory)
+    env = {**os.environ, **request["env"]}
+    cpus = request.get("cpus")
+
+    def preexec() -> None:
+        if cpus:
+            with contextlib.suppress(OSError):
+                os.sched_setaffinity(0, cpus)
+
+    process = subprocess.Popen(
+        request["argv"],
+        stdin=subprocess.DEVNULL,
+        stdout=sys.stdout.fileno(),
+        stderr=subprocess.STDOUT,
+        env=env,
+        start_new_session=True,
+        preexec_fn=preexec,
+    )
+    try:
+        report(pid=process.pid, create_time=psutil.Process(process.pid).create_time())
+        return _serve(process, stdin)
+    except OSError:  # the connection is gone (a write to it failed)
+        _kill_tree(process.pid)
+        return 1
+
+
+def _serve(process: subprocess.Popen[bytes], stdin: Any) -> int:
+    """Relay commands and reports until the process exits; kill it when cut off."""
+    heard = reported = time.monotonic()
+    buffered = b""
+    code: int | None = None
+    while code is None:
+        readable, _, _ = select.select([stdin], [], [], 0.2)
+        if readable:
+            chunk = os.read(stdin.fileno(), 4096)
+            if not chunk:  # the connection or the launcher is gone
+                _kill_tree(process.pid)
+                return 1
+            heard = time.monotonic()
+            buffered += chunk
+            while b"\n" in buffered:
+                line, buffered = buffered.split(b"\n", 1)
+                words = line.split()
+                if words[:1] == [b"signal"] and len(words) == 3:
+                    _signal(process, int(words[1]), words[2] == b"1")
+        now = time.monotonic()
+        if now - heard > HEARTBEAT_TIMEOUT:
+            _kill_tree(process.pid)
+            report(lost=f"nothing heard from the launcher for {HEARTBEAT_TIMEOUT:g} s")
+            return 1
+        if now - reported >= REPORT_SECONDS:
+            reported = now
+            report(rss=_tree_rss(process.pid))
+        code = process.poll()
+    _kill_tree(process.pid)  # what it left behind (orphans come to us: subreaper)
+    report(exit=code)
+    return 0
+
+
+def main(argv: list[str]) -> int:
+    import argparse
+
+    parser = argparse.ArgumentParser(prog="python -m jupyter_distrain.remote")
+    commands = parser.add_subparsers(dest="command", required=True)
+    check = commands.add_parser("preflight")
+    check.add_argument("--backend", required=True)
+    check.add_argument("--interface", default="")
+    check.add_argument("--ports", type=int, default=0)
+    for name in ("unpack", "run", "finish"):
+        commands.add_parser(name).add_argument("directory")
+    args = parser.parse_args(argv)
+    if args.command == "preflight":
+        print(json.dumps(preflight(args.backend, args.interface, args.ports)), flush=True)
+        return 0
+    directory = Path(args.directory).expanduser()
+    if args.command == "unpack":
+        unpack(directory, sys.stdin.buffer.read())
+        return 0
+    if args.command == "run":
+        return run(directory)
+    sys.stdout.buffer.write(pack(directory))
+    sys.stdout.flush()
+    shutil.rmtree(directory, ignore_errors=True)
+    with contextlib.suppress(OSError):
+        directory.parent.rmdir()  # the job's directory, once no host directory is left
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
