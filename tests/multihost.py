@@ -76,7 +76,9 @@ class SshHost:
 
     def run(self, *argv: str) -> subprocess.CompletedProcess[str]:
         """A command inside this host's namespace."""
-        return subprocess.run(["ip", "netns", "exec", self.name, *argv], capture_output=True, text=True)
+        return subprocess.run(
+            ["ip", "netns", "exec", self.name, *argv], capture_output=True, text=True
+        )
 
 
 @dataclass
@@ -108,9 +110,7 @@ def _ip(*argv: str) -> None:
 
 
 def _keygen(path: Path) -> str:
-    subprocess.run(
-        ["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(path)], check=True
-    )
+    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(path)], check=True)
     return path.with_suffix(".pub").read_text().strip()
 
 

@@ -321,4 +321,3 @@ class SshLauncher(Launcher):
         with tarfile.open(fileobj=io.BytesIO(data)) as tar:
             new = [m for m in tar.getmembers() if not (self.job.path / m.name).is_file()]
             tar.extractall(self.job.path, members=new, filter="data")
-
