@@ -95,6 +95,11 @@ def preflight(backend: str, interface: str, ports: int) -> dict[str, Any]:
     found["backend_ok"], found["backend_why"] = ok, why
     client, _, server = (os.environ.get("SSH_CONNECTION", "").split() + ["", "", ""])[:3]
     found["driver"] = client
+    found["name"] = socket.gethostname()
+    try:  # Horovod's Gloo binds some of its contexts to the address the host name has
+        found["name_address"] = socket.gethostbyname(found["name"])
+    except OSError:
+        found["name_address"] = ""
     if interface:
         found["iface"], found["address"] = interface, _address_of(interface)
     else:
@@ -192,13 +197,40 @@ def _wait_for_sockets(paths: list[str]) -> None:
         time.sleep(0.02)
 
 
+class CommandReader:
+    """Lines from a file descriptor, read unbuffered (a buffered reader would hide lines
+    it read ahead from ``select``)."""
+
+    def __init__(self, fd: int):
+        self.fd = fd
+        self.pending = b""
+        self.closed = False
+
+    def fill(self) -> None:
+        """Read what is there (call when ``select`` says so); an empty read means EOF."""
+        chunk = os.read(self.fd, 65536)
+        self.closed = not chunk
+        self.pending += chunk
+
+    def lines(self) -> list[bytes]:
+        """The complete lines read so far."""
+        *complete, self.pending = self.pending.split(b"\n")
+        return complete
+
+    def first_line(self) -> bytes:
+        while b"\n" not in self.pending and not self.closed:
+            self.fill()
+        line, _, self.pending = self.pending.partition(b"\n")
+        return line
+
+
 def run(directory: Path) -> int:
     """Run the process described on stdin's first line until it exits or we are cut off."""
     import psutil
 
     ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_CHILD_SUBREAPER, 1)
-    stdin = sys.stdin.buffer
-    request = json.loads(stdin.readline())
+    commands = CommandReader(sys.stdin.fileno())
+    request = json.loads(commands.first_line())
     _wait_for_sockets(request.get("sockets", []))
     os.chdir(directory)
     env = {**os.environ, **request["env"]}
@@ -220,31 +252,28 @@ def run(directory: Path) -> int:
     )
     try:
         report(pid=process.pid, create_time=psutil.Process(process.pid).create_time())
-        return _serve(process, stdin)
+        return _serve(process, commands)
     except OSError:  # the connection is gone (a write to it failed)
         _kill_tree(process.pid)
         return 1
 
 
-def _serve(process: subprocess.Popen[bytes], stdin: Any) -> int:
+def _serve(process: subprocess.Popen[bytes], commands: CommandReader) -> int:
     """Relay commands and reports until the process exits; kill it when cut off."""
     heard = reported = time.monotonic()
-    buffered = b""
     code: int | None = None
     while code is None:
-        readable, _, _ = select.select([stdin], [], [], 0.2)
+        for line in commands.lines():
+            words = line.split()
+            if words[:1] == [b"signal"] and len(words) == 3:
+                _signal(process, int(words[1]), words[2] == b"1")
+        if commands.closed:  # the connection or the launcher is gone
+            _kill_tree(process.pid)
+            return 1
+        readable, _, _ = select.select([commands.fd], [], [], 0.2)
         if readable:
-            chunk = os.read(stdin.fileno(), 4096)
-            if not chunk:  # the connection or the launcher is gone
-                _kill_tree(process.pid)
-                return 1
+            commands.fill()
             heard = time.monotonic()
-            buffered += chunk
-            while b"\n" in buffered:
-                line, buffered = buffered.split(b"\n", 1)
-                words = line.split()
-                if words[:1] == [b"signal"] and len(words) == 3:
-                    _signal(process, int(words[1]), words[2] == b"1")
         now = time.monotonic()
         if now - heard > HEARTBEAT_TIMEOUT:
             _kill_tree(process.pid)

@@ -19,6 +19,7 @@ from __future__ import annotations
 import dataclasses
 import errno
 import fcntl
+import ipaddress
 import json
 import os
 import re
@@ -87,6 +88,15 @@ class ProcessRecord:
 
     def describe(self) -> str:
         return self.id.describe()
+
+    def where(self) -> str:
+        """ " on host NAME" for a process on another host (reached on a network address),
+        else "": what a message adds to name the host when a job spans hosts."""
+        try:
+            remote = bool(self.address) and not ipaddress.ip_address(self.address).is_loopback
+        except ValueError:
+            remote = True  # a host name
+        return f" on host {self.host}" if remote else ""
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)

@@ -96,9 +96,8 @@ def first_failure(records: Sequence[ProcessRecord]) -> ProcessRecord | None:
 
 def failed_first(records: Sequence[ProcessRecord], ended: ProcessRecord) -> Outcome:
     culprit = first_failure(records) or ended
-    return Outcome(
-        "failed", f"{culprit.describe()} failed first (exit code {culprit.exit_code})", culprit
-    )
+    what = f"{culprit.describe()}{culprit.where()} failed first (exit code {culprit.exit_code})"
+    return Outcome("failed", what, culprit)
 
 
 def all_must_succeed(records: Sequence[ProcessRecord], ended: ProcessRecord) -> Outcome | None:

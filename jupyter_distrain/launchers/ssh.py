@@ -20,12 +20,14 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import io
+import ipaddress
 import json
 import logging
 import subprocess
 import sys
 import tarfile
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -44,6 +46,7 @@ PING_SECONDS = 2.0
 START_SECONDS = 30.0  # how long a start waits for the agent to report the pid
 FINISH_SECONDS = 30.0
 EXIT_LOST = 255  # ssh's own exit code: the connection failed
+HANG_UP_SECONDS = 5.0  # for ssh to end once its agent was told to
 
 
 @dataclasses.dataclass(frozen=True)
@@ -94,6 +97,13 @@ def preflight(spec: JobSpec, processes: int, python: str) -> list[RemoteHost]:
         elif not info.get("address"):
             where = spec.network_interface or "the interface ssh arrived on"
             problems.append(f"host {host.name}: no IPv4 address on {where}")
+        elif spec.backend == "horovod" and len(hosts) > 1 and not _routable(info["name_address"]):
+            problems.append(
+                f"host {host.name}: its name {info['name']!r} resolves to "
+                f"{info['name_address'] or 'nothing'}, which other hosts cannot reach; "
+                "Horovod's Gloo listens there (map the name to the host's address in its "
+                "/etc/hosts or DNS)"
+            )
     if problems:
         raise SpecError("--hosts: " + "; ".join(problems))
     return [
@@ -103,6 +113,13 @@ def preflight(spec: JobSpec, processes: int, python: str) -> list[RemoteHost]:
         for h, i in zip(hosts, found, strict=True)
         if isinstance(i, dict)
     ]
+
+
+def _routable(address: str) -> bool:
+    try:
+        return not ipaddress.ip_address(address).is_loopback
+    except ValueError:
+        return False
 
 
 class SshProcess(LaunchedProcess):
@@ -179,13 +196,16 @@ class SshProcess(LaunchedProcess):
     def memory_bytes(self) -> int:
         return self.rss
 
-    def close(self) -> None:
+    def hang_up(self) -> None:
         """End the connection (the agent then kills whatever is left on its host)."""
         if self.popen.stdin is not None:
-            with contextlib.suppress(OSError):
+            with self._write_lock, contextlib.suppress(OSError):
                 self.popen.stdin.close()
+
+    def wait_closed(self, seconds: float) -> None:
+        """Wait for ssh to end after :meth:`hang_up`; kill it when it does not."""
         try:
-            self.popen.wait(5)
+            self.popen.wait(seconds)
         except subprocess.TimeoutExpired:
             self.popen.kill()
             self.popen.wait()
@@ -304,7 +324,10 @@ class SshLauncher(Launcher):
 
     def sweep(self) -> None:
         for handle in self._processes:
-            handle.close()
+            handle.hang_up()
+        deadline = time.monotonic() + HANG_UP_SECONDS
+        for handle in self._processes:
+            handle.wait_closed(max(0.0, deadline - time.monotonic()))
 
     def close(self) -> None:
         self._closed.set()

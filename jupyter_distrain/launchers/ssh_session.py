@@ -6,6 +6,7 @@ the user passes ``--ssh-accept-new-hosts``); ssh never asks anything (``BatchMod
 
 from __future__ import annotations
 
+import re
 import shlex
 import subprocess
 from collections.abc import Callable, Sequence
@@ -107,7 +108,7 @@ def explain(host: str, code: int, stderr: str, options: SshOptions) -> str:
     if "Permission denied" in text:
         who = f"user {options.user}" if options.user else "this user"
         return f"host {host}: ssh refused the key for {who} (Permission denied; --ssh-identity?)"
-    if f"No module named {AGENT_MODULE.split('.')[0]}" in text:
+    if re.search(r"No module named '?jupyter_distrain\b", text):
         return (
             f"host {host}: {options.python} cannot import jupyter_distrain: install the "
             "package there, or point --remote-python at an interpreter that has it"

@@ -89,7 +89,9 @@ class Generation:
 
     def _row(self, proc: ProcessSpec) -> Entry:
         host = proc.slot.host if proc.slot else "localhost"
-        return self.table.add(proc.id, host, proc.rank, helper=bool(proc.hosts))
+        entry = self.table.add(proc.id, host, proc.rank, helper=bool(proc.hosts))
+        entry.record.address = proc.slot.address if proc.slot else ""
+        return entry
 
     def _wait(self, entry: Entry, handle: LaunchedProcess) -> None:
         self.on_exit(Exited(entry.record.id, handle, handle.wait()))

@@ -1,0 +1,280 @@
+"""The ssh launcher on two real hosts (network namespaces running Debian's sshd on port
+2222, tests/multihost.py): Horovod, parameter-server and tf jobs across them, bad input
+refused before anything starts, and faults on one host leaving nothing running anywhere."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import re
+import subprocess
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+from multihost import SSH_PORT, SshCluster, ssh_cluster
+from test_tf_backends import SEED_PROGRAM
+
+from jupyter_distrain import api
+from jupyter_distrain.contract import Env, ProcessId
+from jupyter_distrain.job import Job
+from jupyter_distrain.spec import JobSpec, SpecError
+from jupyter_distrain.store import list_job_dirs
+
+pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="network namespaces need root")
+
+HOROVOD_KERAS = """\
+import os
+import numpy as np
+import horovod.tensorflow.keras as hvd
+import tensorflow as tf
+hvd.init()
+total = hvd.allreduce(tf.constant(float(hvd.rank() + 1)), op=hvd.Sum)
+address = os.environ["JUPYTER_DISTRAIN_ADDRESS"]
+print(f"rank {hvd.rank()} size {hvd.size()} sum {float(total)} at {address}")
+x = np.random.default_rng(hvd.rank()).normal(size=(256, 8)).astype("float32")
+y = (x.sum(axis=1) > 0).astype("float32")
+model = tf.keras.Sequential([tf.keras.layers.Dense(1, activation="sigmoid")])
+model.compile(hvd.DistributedOptimizer(tf.keras.optimizers.SGD(0.1)), "binary_crossentropy")
+model.fit(x, y, batch_size=32, epochs=2, verbose=0,
+          callbacks=[hvd.callbacks.BroadcastGlobalVariablesCallback(0)])
+result = (hvd.rank(), hvd.size(), address)
+"""
+
+ENDLESS_HOROVOD = """\
+import time
+import horovod.tensorflow as hvd
+import tensorflow as tf
+hvd.init()
+step = 0
+while True:
+    hvd.allreduce(tf.constant(1.0), op=hvd.Sum)
+    print(f"step {step}", flush=True)
+    step += 1
+    time.sleep(0.2)
+"""
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    with ssh_cluster(tmp_path_factory.mktemp("hosts")) as made:
+        yield made
+
+
+def job_processes(job_id: str) -> list[psutil.Process]:
+    """Every process of the job on any host (the hosts share this machine's pid space):
+    its command line or its job directory (here or on a host) names the job."""
+    found = []
+    for proc in psutil.process_iter(["cmdline"]):
+        with contextlib.suppress(psutil.Error):
+            if proc.pid == os.getpid() or proc.status() == psutil.STATUS_ZOMBIE:
+                continue
+            if any(job_id in part for part in proc.info["cmdline"] or []) or job_id in (
+                proc.environ().get(Env.JOB_DIR, "")
+            ):
+                found.append(proc)
+    return found
+
+
+def wait_until_gone(job_id: str, seconds: float) -> list[psutil.Process]:
+    deadline = time.monotonic() + seconds
+    while (left := job_processes(job_id)) and time.monotonic() < deadline:
+        time.sleep(0.25)
+    return left
+
+
+def remote_dirs(job_id: str) -> list[Path]:
+    return list(Path.home().glob(f".jupyter_distrain/jobs/{job_id}*"))
+
+
+def only_job(root: Path) -> Job:
+    (job_dir,) = list_job_dirs(root)
+    return Job(job_dir)
+
+
+@pytest.mark.horovod
+def test_a_horovod_keras_job_runs_across_two_hosts(kernel, cluster, jobs_root):
+    cell = f"%%distributed --workers 2 {cluster.flags()} --out answer\n" + HOROVOD_KERAS
+    out = kernel.execute(cell)
+    assert out.error is None, out.error_text + out.stdout[-3000:]
+    assert "[0] rank 0 size 2 sum 3.0 at 10.232.0.11" in out.stdout
+    assert "[1] rank 1 size 2 sum 3.0 at 10.232.0.12" in out.stdout
+    assert kernel.execute("print(answer)").stdout.strip() == "(0, 2, '10.232.0.11')"
+    job = only_job(jobs_root)
+    status = job.status()
+    assert {(p.index, p.host, p.address) for p in status.processes} == {
+        (0, "jdh1", "10.232.0.11"),
+        (1, "jdh2", "10.232.0.12"),
+    }
+    # the metrics came back through the forwarded sockets, from both hosts
+    records = [json.loads(line) for line in job.dir.metrics_file.read_text().splitlines()]
+    assert {r["index"] for r in records if r.get("step")} == {0, 1}
+    assert "rank 1 size 2" in job.logs(ProcessId("worker", 1))
+    assert wait_until_gone(job.id, 10) == []
+    assert remote_dirs(job.id) == []
+
+
+def test_the_seed_sync_replicas_program_runs_across_hosts(kernel, cluster, jobs_root):
+    cell = (
+        f"%%distributed --ps 1 --workers 2 --grace 2 {cluster.flags(slots=2)}\n"
+        "SYNC = True\n" + SEED_PROGRAM
+    )
+    out = kernel.execute(cell)
+    assert out.error is None, out.error_text + out.stdout[-3000:]
+    match = re.search(r"^\[0\] final global_step (\d+) accuracy ([\d.]+)$", out.stdout, re.M)
+    assert match and int(match.group(1)) == 40 and float(match.group(2)) >= 0.8, out.stdout
+    status = only_job(jobs_root).status()
+    assert {p.host for p in status.processes} == {"jdh1", "jdh2"}
+    cluster_spec = status.backend_info["cluster"]
+    addresses = {a.rpartition(":")[0] for tasks in cluster_spec.values() for a in tasks}
+    assert addresses == {"10.232.0.11", "10.232.0.12"}
+
+
+def test_a_tf_collective_job_runs_across_hosts(cluster, jobs_root):
+    code = (
+        "import tensorflow as tf\n"
+        "strategy = tf.distribute.MultiWorkerMirroredStrategy()\n"
+        "with strategy.scope():\n"
+        "    v = tf.Variable(1.0)\n"
+        "total = strategy.reduce('SUM', strategy.run(lambda: tf.constant(2.0)), axis=None)\n"
+        "print(f'replicas {strategy.num_replicas_in_sync} total {float(total)}')\n"
+    )
+    job = api.submit(JobSpec(code=code, workers=2, backend="tf", **cluster.options()))
+    assert job.wait(180) == "succeeded"
+    for index in (0, 1):
+        assert "replicas 2 total 4.0" in job.logs(ProcessId("worker", index))
+
+
+def _refused(cluster: SshCluster, jobs_root: Path, **changes: object) -> str:
+    spec = JobSpec(code="print(1)", workers=2, backend="plain", timeout=20)
+    options = {**cluster.options(), **changes}
+    started = time.monotonic()
+    with pytest.raises(SpecError) as refused:
+        api.submit(JobSpec(**{**spec.to_dict(), **options}))
+    assert time.monotonic() - started < 20
+    assert list_job_dirs(jobs_root) == []  # nothing launched
+    return str(refused.value)
+
+
+def test_bad_hosts_are_refused_before_anything_starts(cluster, jobs_root, tmp_path):
+    good = cluster.hosts[0].address
+    message = _refused(cluster, jobs_root, hosts=f"{good}:1,no-such-host.invalid:1")
+    assert "host no-such-host.invalid" in message and "resolve" in message
+    assert good not in message  # only the failing host is named
+    message = _refused(cluster, jobs_root, ssh_port=SSH_PORT + 1)
+    assert "host 10.232.0.11" in message and "host 10.232.0.12" in message
+    assert "Connection refused" in message
+    message = _refused(cluster, jobs_root, hosts=f"{good}:1")
+    assert message == "--hosts offer 1 slots; the job needs 2 processes (--workers 2)"
+
+
+def test_a_key_the_hosts_do_not_accept_is_refused(cluster, jobs_root, tmp_path):
+    stranger = tmp_path / "stranger"
+    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(stranger)], check=True)
+    message = _refused(cluster, jobs_root, ssh_identity=str(stranger))
+    assert "host 10.232.0.11: ssh refused the key" in message
+
+
+def test_a_host_without_the_package_is_refused(cluster, jobs_root):
+    message = _refused(cluster, jobs_root, remote_python="/usr/bin/python3")
+    assert "host 10.232.0.11: /usr/bin/python3 cannot import jupyter_distrain" in message
+    message = _refused(cluster, jobs_root, remote_python="/nowhere/python")
+    assert "host 10.232.0.11: no Python interpreter at /nowhere/python" in message
+
+
+def test_host_keys_are_checked(cluster, jobs_root, tmp_path):
+    unknown = tmp_path / "empty_known_hosts"
+    unknown.write_text("")
+    message = _refused(cluster, jobs_root, ssh_known_hosts=str(unknown))
+    assert "its host key is not in known_hosts" in message and "--ssh-accept-new-hosts" in message
+    # a host whose key changed: known_hosts holds another key for it
+    other = tmp_path / "other_key"
+    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(other)], check=True)
+    lines = cluster.known_hosts.read_text().splitlines()
+    forged = [
+        f"{line.split()[0]} {other.with_suffix('.pub').read_text().split()[0]} "
+        f"{other.with_suffix('.pub').read_text().split()[1]}"
+        for line in lines[:1]
+    ]
+    changed = tmp_path / "changed_known_hosts"
+    changed.write_text("\n".join(forged + lines[1:]) + "\n")
+    message = _refused(cluster, jobs_root, ssh_known_hosts=str(changed))
+    assert "host 10.232.0.11: its host key has changed" in message
+    assert "10.232.0.12" not in message
+    # first contact accepted on request, and recorded
+    accepted = tmp_path / "accepted_known_hosts"
+    job = api.submit(
+        JobSpec(
+            code="print('hello')",
+            workers=2,
+            backend="plain",
+            **{**cluster.options(), "ssh_known_hosts": str(accepted)},
+            ssh_accept_new_hosts=True,
+        )
+    )
+    assert job.wait(60) == "succeeded"
+    assert accepted.read_text().count("ssh-ed25519") == 2
+
+
+def _running(job: Job, seconds: float = 60) -> None:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        with contextlib.suppress(KeyError):  # no log yet
+            logs = [job.logs(ProcessId("worker", i)) for i in (0, 1)]
+            if all("step 2" in log for log in logs):
+                return
+        assert not job.done, job.status().error
+        time.sleep(0.2)
+    raise AssertionError("the job did not start stepping")
+
+
+@pytest.mark.horovod
+@pytest.mark.parametrize("fault", ["worker", "sshd", "link"])
+def test_a_fault_on_one_host_fails_the_job_naming_it_and_leaves_nothing(cluster, fault):
+    host = cluster.hosts[1]
+    job = api.submit(
+        JobSpec(code=ENDLESS_HOROVOD, workers=2, backend="horovod", grace=2, **cluster.options())
+    )
+    try:
+        _running(job)
+        if fault == "worker":
+            (worker,) = [
+                p
+                for p in job_processes(job.id)
+                if p.environ().get(Env.JOB_DIR, "").endswith("/host1")
+                and "jupyter_distrain.worker" in " ".join(p.cmdline())
+            ]
+            worker.kill()
+        elif fault == "sshd":
+            host.kill_sshd()
+        else:
+            host.link(up=False)
+        with pytest.raises(Exception) as failed:
+            job.wait(60)
+        status = job.status()
+        assert status.state == "failed"
+        text = f"{status.error} {status.error_tail}"
+        assert "jdh2" in text or host.address in text, text
+        assert wait_until_gone(job.id, 30) == []
+    finally:
+        if fault == "sshd":
+            host.start_sshd()
+        elif fault == "link":
+            host.link(up=True)
+        job.stop()
+    assert "failed" in str(failed.value)
+
+
+@pytest.mark.horovod
+def test_stop_leaves_nothing_on_any_host(cluster):
+    job = api.submit(
+        JobSpec(code=ENDLESS_HOROVOD, workers=2, backend="horovod", **cluster.options())
+    )
+    _running(job)
+    remote = job_processes(job.id)
+    assert len([p for p in remote if "jupyter_distrain.worker" in " ".join(p.cmdline())]) == 2
+    assert job.stop() == "stopped"
+    assert wait_until_gone(job.id, 15) == []
+    assert remote_dirs(job.id) == []
