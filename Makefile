@@ -34,6 +34,14 @@ $(STAMPS)/system:
 	  || { $(SUDO) apt-get update -q && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -q \
 	        --no-install-recommends libopenmpi-dev openmpi-bin cmake g++ make procps openssh-client \
 	        iproute2; }
+	@# openssh-server: the multi-host tests run Debian's sshd inside network namespaces; never
+	@# as a service here (the package's own start is held back while it installs)
+	@[ -x /usr/sbin/sshd ] || { held=; \
+	  [ -e /usr/sbin/policy-rc.d ] || { printf '#!/bin/sh\nexit 101\n' | $(SUDO) tee /usr/sbin/policy-rc.d >/dev/null \
+	    && $(SUDO) chmod 755 /usr/sbin/policy-rc.d && held=1; }; \
+	  $(SUDO) apt-get update -q && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -q \
+	    --no-install-recommends openssh-server; code=$$?; \
+	  [ -z "$$held" ] || $(SUDO) rm -f /usr/sbin/policy-rc.d; exit $$code; }
 	@$(PYTHON) -c 'import sys; assert sys.version_info >= (3, 11), "Python >= 3.11 is required"'
 	@# Debian's own python3 needs its venv and headers packages (Horovod compiles against them)
 	@$(PYTHON) -c 'import ensurepip, sysconfig, os; assert os.path.exists(sysconfig.get_paths()["include"] + "/Python.h")' 2>/dev/null \

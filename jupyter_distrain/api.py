@@ -85,7 +85,8 @@ def submit(spec: JobSpec, namespace: Mapping[str, Any] | None = None) -> Job:
     if pushed is not None:
         job_dir.write_pushed(pushed)
     start_supervisor(job_dir)
-    return Job(job_dir, backend_reason=reason, notes=[keras_note] if keras_note else [])
+    notes = ([keras_note] if keras_note else []) + launcher.notes(resolved)
+    return Job(job_dir, backend_reason=reason, notes=notes)
 
 
 def start_supervisor(job: JobDir) -> None:

@@ -8,6 +8,7 @@ directory, logs, ``%distributed status`` and stop work as for any other job.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any, TypeVar
@@ -32,6 +33,20 @@ def _split(worker_id: str) -> tuple[str, int]:
     return job_id, int(index)
 
 
+_SET_BY_LAUNCHERS = {"placement", "pool_socket", "gpu_ids"}
+
+
+def _spec(**fields: Any) -> JobSpec:
+    """A JobSpec from these fields; an unknown one is a :class:`SpecError` naming it."""
+    unknown = sorted(
+        set(fields) - {f.name for f in dataclasses.fields(JobSpec)}
+        | (set(fields) & _SET_BY_LAUNCHERS)
+    )
+    if unknown:
+        raise SpecError(f"unknown option {unknown[0]!r} (options are JobSpec fields: hosts=...)")
+    return JobSpec(**fields)
+
+
 def launch_workers(
     n: int,
     cpu: float | None = None,
@@ -43,12 +58,14 @@ def launch_workers(
     env: Mapping[str, str] | None = None,
     name: str = "workers",
     timeout: float = 120.0,
+    **launcher_options: Any,
 ) -> list[dict[str, Any]]:
     """Start ``n`` workers running ``script`` (a path, resolved on each worker, as in CML)
-    or ``code``. Returns one dict per worker with its ``id``."""
+    or ``code``. Returns one dict per worker with its ``id``. ``launcher_options`` are the
+    launcher's settings, as JobSpec fields (``hosts="h1:2,h2:2", ssh_port=2222``, ...)."""
     if (script is None) == (code is None):
         raise SpecError("launch_workers needs exactly one of script= or code=")
-    spec = JobSpec(
+    spec = _spec(
         code=code if code is not None else "",
         script=str(Path(script).expanduser().absolute()) if script is not None else None,
         workers=n,
@@ -60,6 +77,7 @@ def launch_workers(
         env=dict(env or {}),
         name=name,
         timeout=timeout,
+        **launcher_options,
     )
     job = submit(spec)
     return [{"id": f"{job.id}/{i}", "job": job.id, "index": i} for i in range(n)]
@@ -162,13 +180,15 @@ def run_cluster(
     gpus: int = 0,
     timeout_seconds: float = 60,
     launcher: str = "local",
+    **launcher_options: Any,
 ) -> tuple[dict[str, list[str]], str]:
     """Start a TensorFlow cluster running ``worker_script`` as in Cloudera's
     ``cdsw_tensorflow_utils.run_cluster``: the script defines
     ``run(cluster, server, task_index)``; each ps joins its server and each worker
     calls ``run``. Returns ``(cluster_spec, session_addr)`` once every task is up:
     the cluster as a dict (``tf.train.ClusterSpec(cluster_spec)`` makes the object)
-    and the chief's (worker 0's) ``grpc://`` address.
+    and the chief's (worker 0's) ``grpc://`` address. ``launcher_options`` as for
+    :func:`launch_workers`.
     """
     path = Path(worker_script).expanduser()
     try:
@@ -179,7 +199,7 @@ def run_cluster(
         raise SpecError(
             f"worker_script: {worker_script} does not define run(cluster, server, task_index)"
         )
-    spec = JobSpec(
+    spec = _spec(
         code=code,
         workers=n_workers,
         ps=n_ps,
@@ -190,6 +210,7 @@ def run_cluster(
         gpus=gpus,
         name="cluster",
         timeout=timeout_seconds,
+        **launcher_options,
     )
     job = submit(spec)
     status = _poll(job.status, lambda s: s.state == "running" or s.done, timeout_seconds)

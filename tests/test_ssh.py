@@ -22,6 +22,7 @@ from jupyter_distrain.contract import Env, ProcessId
 from jupyter_distrain.job import Job
 from jupyter_distrain.spec import JobSpec, SpecError
 from jupyter_distrain.store import list_job_dirs
+from jupyter_distrain.workers import run_cluster
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="network namespaces need root")
 
@@ -101,6 +102,10 @@ def test_a_horovod_keras_job_runs_across_two_hosts(kernel, cluster, jobs_root):
     assert out.error is None, out.error_text + out.stdout[-3000:]
     assert "[0] rank 0 size 2 sum 3.0 at 10.232.0.11" in out.stdout
     assert "[1] rank 1 size 2 sum 3.0 at 10.232.0.12" in out.stdout
+    hosts = (
+        "10.232.0.11 at 10.232.0.11 (jdeth0, 1 slot), 10.232.0.12 at 10.232.0.12 (jdeth0, 1 slot)"
+    )
+    assert f"Hosts checked: {hosts}" in out.stdout
     assert kernel.execute("print(answer)").stdout.strip() == "(0, 2, '10.232.0.11')"
     job = only_job(jobs_root)
     status = job.status()
@@ -116,20 +121,24 @@ def test_a_horovod_keras_job_runs_across_two_hosts(kernel, cluster, jobs_root):
     assert remote_dirs(job.id) == []
 
 
-def test_the_seed_sync_replicas_program_runs_across_hosts(kernel, cluster, jobs_root):
-    cell = (
-        f"%%distributed --ps 1 --workers 2 --grace 2 {cluster.flags(slots=2)}\n"
-        "SYNC = True\n" + SEED_PROGRAM
+def test_the_seed_sync_replicas_program_runs_across_hosts_through_run_cluster(
+    cluster, jobs_root, tmp_path
+):
+    script = tmp_path / "train.py"
+    script.write_text("SYNC = True\n" + SEED_PROGRAM)
+    cluster_spec, session_addr = run_cluster(
+        n_workers=2, n_ps=1, worker_script=str(script), **cluster.options(slots=2)
     )
-    out = kernel.execute(cell)
-    assert out.error is None, out.error_text + out.stdout[-3000:]
-    match = re.search(r"^\[0\] final global_step (\d+) accuracy ([\d.]+)$", out.stdout, re.M)
-    assert match and int(match.group(1)) == 40 and float(match.group(2)) >= 0.8, out.stdout
-    status = only_job(jobs_root).status()
-    assert {p.host for p in status.processes} == {"jdh1", "jdh2"}
-    cluster_spec = status.backend_info["cluster"]
     addresses = {a.rpartition(":")[0] for tasks in cluster_spec.values() for a in tasks}
     assert addresses == {"10.232.0.11", "10.232.0.12"}
+    assert session_addr == f"grpc://{cluster_spec['worker'][0]}"
+    job = only_job(jobs_root)
+    assert job.wait(180) == "succeeded"
+    match = re.search(
+        r"final global_step (\d+) accuracy ([\d.]+)", job.logs(ProcessId("worker", 0))
+    )
+    assert match and int(match.group(1)) == 40 and float(match.group(2)) >= 0.8
+    assert {p.host for p in job.status().processes} == {"jdh1", "jdh2"}
 
 
 def test_a_tf_collective_job_runs_across_hosts(cluster, jobs_root):

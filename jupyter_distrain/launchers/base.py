@@ -106,6 +106,11 @@ class Launcher(ABC):
         return spec
 
     @classmethod
+    def notes(cls, spec: JobSpec) -> list[str]:
+        """Lines the cell prints once at submit about what this launcher chose."""
+        return []
+
+    @classmethod
     def isolate(cls) -> str | None:
         """Called first in the supervisor process, before any socket or thread exists:
         keep what the job starts unreachable from elsewhere where this launcher can.

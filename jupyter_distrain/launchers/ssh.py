@@ -240,6 +240,16 @@ class SshLauncher(Launcher):
         return dataclasses.replace(spec, placement=[dataclasses.asdict(h) for h in hosts])
 
     @classmethod
+    def notes(cls, spec: JobSpec) -> list[str]:
+        hosts = [RemoteHost(**h) for h in spec.placement]
+        listed = ", ".join(
+            (h.name if h.name == h.address else f"{h.name} at {h.address}")
+            + f" ({h.iface}, {h.slots} slot{'s' * (h.slots > 1)})"
+            for h in hosts
+        )
+        return [f"Hosts checked: {listed}"]
+
+    @classmethod
     def isolate(cls) -> str | None:
         return "the ssh launcher runs the job on other hosts"
 
