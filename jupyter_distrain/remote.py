@@ -40,6 +40,7 @@ HEARTBEAT_TIMEOUT = 10.0  # seconds without a ping before the agent kills its pr
 REPORT_SECONDS = 2.0  # how often memory is reported
 SOCKET_WAIT = 10.0  # seconds to wait for ssh's forwarded sockets to appear
 COPIED = ("spec.json", "train.py", "push.pkl", "control")  # what a host needs of a job
+CARRIED = ("checkpoints",)  # what a restarted job takes back to its hosts (Keras backups)
 NOT_RETURNED = {*COPIED, "logs"}  # what ``finish`` does not send back
 _PR_SET_CHILD_SUBREAPER = 36
 

@@ -14,7 +14,9 @@ from pathlib import Path
 
 import psutil
 import pytest
+from conftest import wait_for
 from multihost import SSH_PORT, SshCluster, ssh_cluster
+from test_metrics_widget import KERAS_FIT
 from test_tf_backends import SEED_PROGRAM
 
 from jupyter_distrain import api
@@ -285,3 +287,37 @@ def test_stop_leaves_nothing_on_any_host(cluster):
     assert job.stop() == "stopped"
     assert wait_until_gone(job.id, 15) == []
     assert remote_dirs(job.id) == []
+
+
+@pytest.mark.horovod
+def test_a_memory_limit_and_a_scale_work_on_remote_workers(cluster, jobs_root):
+    hog = (
+        "import os, time\n"
+        "if os.environ['JUPYTER_DISTRAIN_RANK'] == '1':\n"
+        "    hog = bytearray(800 * 2**20)\n"
+        "    hog[::4096] = b'x' * len(hog[::4096])\n"
+        "time.sleep(60)\n"
+    )
+    job = api.submit(JobSpec(code=hog, workers=2, memory=0.5, backend="plain", **cluster.options()))
+    with pytest.raises(Exception, match="worker 1 exceeded 0.5 GiB"):
+        job.wait(60)
+    assert wait_until_gone(job.id, 15) == []
+    # a Keras job scaled from 2 to 3 workers resumes from the checkpoint its hosts wrote
+    job = api.submit(
+        JobSpec(
+            code="EPOCHS, EPOCH_PAUSE = 6, 1.0\n" + KERAS_FIT,
+            workers=2,
+            grace=3,
+            backend="horovod",
+            **cluster.options(slots=2),
+        )
+    )
+    log0 = job.dir.log_file(ProcessId("worker", 0))
+    wait_for(lambda: log0.exists() and "epoch 1 size 2" in log0.read_text(), 120, what="epoch 1")
+    job.scale(3)
+    assert job.wait(timeout=300) == "succeeded"
+    text = log0.read_text()
+    before = [int(e) for e in re.findall(r"^epoch (\d+) size 2$", text, re.M)]
+    after = [int(e) for e in re.findall(r"^epoch (\d+) size 3$", text, re.M)]
+    assert after and after[0] == before[-1] + 1, text[-2000:]
+    assert {p.host for p in job.status().processes} == {"jdh1", "jdh2"}

@@ -31,8 +31,9 @@ import time
 from pathlib import Path
 from typing import Any
 
+from ..cellcheck import uses_horovod_elastic
 from ..contract import Env
-from ..remote import COPIED, MARK
+from ..remote import CARRIED, COPIED, MARK
 from ..spec import JobSpec, SpecError
 from .base import LaunchedProcess, Launcher, ProcessSpec, Slot
 from .hosts import parse_hosts
@@ -234,6 +235,11 @@ class SshLauncher(Launcher):
             raise SpecError("--controller mpi is not supported by --launcher ssh yet: use gloo")
         if spec.gpus:
             raise SpecError("--gpus is not supported by --launcher ssh yet")
+        if spec.backend == "horovod" and uses_horovod_elastic(spec.code):
+            raise SpecError(
+                "Horovod elastic is not supported by --launcher ssh yet: its rendezvous "
+                "server would take (and unpickle) requests from any host on the network"
+            )
         if not spec.hosts:
             raise SpecError("--launcher ssh needs --hosts host:slots,... (or a hostfile)")
         hosts = preflight(spec, processes, sys.executable)
@@ -254,7 +260,10 @@ class SshLauncher(Launcher):
         return "the ssh launcher runs the job on other hosts"
 
     def _host(self, name: str) -> tuple[int, RemoteHost]:
-        return next((i, h) for i, h in enumerate(self.hosts) if h.name == name)
+        for index, host in enumerate(self.hosts):
+            if host.name == name:
+                return index, host
+        raise ValueError(f"{name!r} is not one of the job's hosts")
 
     def place(self, n: int) -> list[Slot]:
         slots: list[Slot] = []
@@ -269,12 +278,11 @@ class SshLauncher(Launcher):
         return slots
 
     def _unpack(self, name: str) -> None:
-        index, _ = self._host(name)
         buffer = io.BytesIO()
         with tarfile.open(fileobj=buffer, mode="w") as tar:
-            for file in COPIED:
-                if (self.job.path / file).exists():
-                    tar.add(self.job.path / file, file)
+            for entry in (*COPIED, *CARRIED):
+                if (self.job.path / entry).exists():
+                    tar.add(self.job.path / entry, entry)
         self.options.run(name, ["unpack", self._directory(name)], buffer.getvalue())
         self._unpacked.add(name)
 
@@ -352,5 +360,4 @@ class SshLauncher(Launcher):
         remove the job's directory there."""
         data = self.options.run(name, ["finish", self._directory(name)], timeout=FINISH_SECONDS)
         with tarfile.open(fileobj=io.BytesIO(data)) as tar:
-            new = [m for m in tar.getmembers() if not (self.job.path / m.name).is_file()]
-            tar.extractall(self.job.path, members=new, filter="data")
+            tar.extractall(self.job.path, filter="data")
