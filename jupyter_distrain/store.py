@@ -198,12 +198,17 @@ def short_socket_path(preferred: Path, name: str) -> Path:
     per-user runtime directory."""
     if len(str(preferred)) <= MAX_SOCKET_PATH:
         return preferred
+    return runtime_dir() / f"{name}.sock"
+
+
+def runtime_dir() -> Path:
+    """A private per-user directory with a short path, for sockets."""
     runtime = Path(os.environ.get("XDG_RUNTIME_DIR") or "/tmp") / f"jupyter-distrain-{os.getuid()}"
     runtime.mkdir(mode=0o700, exist_ok=True)
     info = runtime.lstat()
     if info.st_uid != os.getuid() or info.st_mode & 0o077 or not stat.S_ISDIR(info.st_mode):
         raise PermissionError(f"{runtime} is not a private directory of this user")
-    return runtime / f"{name}.sock"
+    return runtime
 
 
 def jobs_root(create: bool = False) -> Path:

@@ -136,8 +136,12 @@ def _sshd_config(host: SshHost, home: Path, authorized: Path) -> str:
 
 
 @contextlib.contextmanager
-def ssh_cluster(base: Path, count: int = 2, prefix: str = "jdh") -> Iterator[SshCluster]:
-    """``count`` hosts named ``{prefix}1..`` at 10.232.0.11.. behind the bridge."""
+def ssh_cluster(
+    base: Path, count: int = 2, prefix: str = "jdh", bridge: str = BRIDGE
+) -> Iterator[SshCluster]:
+    """``count`` hosts named ``{prefix}1..`` at 10.232.0.11.. behind ``bridge`` (name it
+    as the hosts' interface, ``jdeth0``, for horovodrun: it gives every host the driver's
+    interface name)."""
     os.makedirs("/run/sshd", mode=0o755, exist_ok=True)  # sshd's privilege-separation dir
     base.mkdir(parents=True, exist_ok=True)
     identity = base / "id_ed25519"
@@ -148,11 +152,11 @@ def ssh_cluster(base: Path, count: int = 2, prefix: str = "jdh") -> Iterator[Ssh
     made_bridge = False
     try:
         with contextlib.suppress(subprocess.CalledProcessError):
-            _ip("link", "del", BRIDGE)
-        _ip("link", "add", BRIDGE, "type", "bridge")
+            _ip("link", "del", bridge)
+        _ip("link", "add", bridge, "type", "bridge")
         made_bridge = True
-        _ip("addr", "add", f"{DRIVER_ADDRESS}/24", "dev", BRIDGE)
-        _ip("link", "set", BRIDGE, "up")
+        _ip("addr", "add", f"{DRIVER_ADDRESS}/24", "dev", bridge)
+        _ip("link", "set", bridge, "up")
         lines = []
         for i in range(1, count + 1):
             name = f"{prefix}{i}"
@@ -167,7 +171,7 @@ def ssh_cluster(base: Path, count: int = 2, prefix: str = "jdh") -> Iterator[Ssh
                 _ip("netns", "del", name)
             _ip("netns", "add", name)
             _ip("link", "add", f"v{name}", "type", "veth", "peer", "name", "jdeth0", "netns", name)
-            _ip("link", "set", f"v{name}", "master", BRIDGE, "up")
+            _ip("link", "set", f"v{name}", "master", bridge, "up")
             _ip("-n", name, "addr", "add", f"{host.address}/24", "dev", "jdeth0")
             _ip("-n", name, "link", "set", "jdeth0", "up")
             _ip("-n", name, "link", "set", "lo", "up")
@@ -181,5 +185,5 @@ def ssh_cluster(base: Path, count: int = 2, prefix: str = "jdh") -> Iterator[Ssh
                 _ip("netns", "del", host.name)
         if made_bridge:
             with contextlib.suppress(subprocess.CalledProcessError):
-                _ip("link", "del", BRIDGE)
+                _ip("link", "del", bridge)
         shutil.rmtree(base, ignore_errors=True)

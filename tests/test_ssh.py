@@ -81,9 +81,20 @@ def job_processes(job_id: str) -> list[psutil.Process]:
     return found
 
 
+def ssh_masters() -> list[psutil.Process]:
+    """ssh master connections (the launcher's are named by no job id)."""
+    found = []
+    for proc in psutil.process_iter(["cmdline"]):
+        with contextlib.suppress(psutil.Error):
+            if "ControlPersist=yes" in (proc.info["cmdline"] or []):
+                found.append(proc)
+    return found
+
+
 def wait_until_gone(job_id: str, seconds: float) -> list[psutil.Process]:
+    """What is left of the job (its ssh master connections included) after ``seconds``."""
     deadline = time.monotonic() + seconds
-    while (left := job_processes(job_id)) and time.monotonic() < deadline:
+    while (left := job_processes(job_id) + ssh_masters()) and time.monotonic() < deadline:
         time.sleep(0.25)
     return left
 

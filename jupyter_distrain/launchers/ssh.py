@@ -23,6 +23,8 @@ import io
 import ipaddress
 import json
 import logging
+import secrets
+import shutil
 import subprocess
 import sys
 import tarfile
@@ -35,6 +37,7 @@ from ..cellcheck import uses_horovod_elastic
 from ..contract import Env
 from ..remote import CARRIED, COPIED, MARK
 from ..spec import JobSpec, SpecError
+from ..store import runtime_dir
 from .base import LaunchedProcess, Launcher, ProcessSpec, Slot
 from .hosts import parse_hosts
 from .limits import thread_env
@@ -44,7 +47,6 @@ log = logging.getLogger(__name__)
 
 REMOTE_ROOT = ".jupyter_distrain/jobs"  # under the remote user's home
 PING_SECONDS = 2.0
-START_SECONDS = 30.0  # how long a start waits for the agent to report the pid
 FINISH_SECONDS = 30.0
 EXIT_LOST = 255  # ssh's own exit code: the connection failed
 HANG_UP_SECONDS = 5.0  # for ssh to end once its agent was told to
@@ -116,6 +118,17 @@ def preflight(spec: JobSpec, processes: int, python: str) -> list[RemoteHost]:
     ]
 
 
+def _control_dir() -> str:
+    """A new private directory for the job's ssh master sockets; "" (no sharing) where
+    its path would be too long for ssh's socket names (a 40-character hash and a
+    temporary suffix go after it)."""
+    path = runtime_dir() / f"ssh-{secrets.token_hex(4)}"
+    if len(str(path)) > 45:
+        return ""
+    path.mkdir(mode=0o700)
+    return str(path)
+
+
 def _routable(address: str) -> bool:
     try:
         return not ipaddress.ip_address(address).is_loopback
@@ -134,7 +147,6 @@ class SshProcess(LaunchedProcess):
         self.rss = 0
         self.exit_code: int | None = None
         self.errors: list[str] = []  # what ssh itself said
-        self._started = threading.Event()
         self._write_lock = threading.Lock()
         self._reader = threading.Thread(target=self._read, daemon=True)
         self._reader.start()
@@ -149,15 +161,9 @@ class SshProcess(LaunchedProcess):
             report = json.loads(line[len(MARK) :])
             if "pid" in report:
                 self.pid, self.create_time = report["pid"], report["create_time"]
-                self._started.set()
             self.rss = report.get("rss", self.rss)
             if "exit" in report:
                 self.exit_code = report["exit"]
-        self._started.set()
-
-    def wait_started(self, timeout: float) -> bool:
-        """Whether the agent reported the process's pid (False: it never started)."""
-        return self._started.wait(timeout) and self.pid != 0
 
     def send(self, line: str) -> None:
         """A command for the agent (``signal``, ``ping``); ignored once the link is gone."""
@@ -219,7 +225,11 @@ class SshLauncher(Launcher):
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self.options = SshOptions.of(self.spec, sys.executable)
+        self._control_dir = _control_dir()
+        self.options = dataclasses.replace(
+            SshOptions.of(self.spec, sys.executable),
+            control_path=f"{self._control_dir}/%C" if self._control_dir else "",
+        )
         self.hosts = [RemoteHost(**h) for h in self.spec.placement]
         self._free_ports = {h.name: list(h.ports) for h in self.hosts}
         self._unpacked: set[str] = set()
@@ -278,6 +288,7 @@ class SshLauncher(Launcher):
         return slots
 
     def _unpack(self, name: str) -> None:
+        self.options.open_master(name, timeout=self.spec.timeout)
         buffer = io.BytesIO()
         with tarfile.open(fileobj=buffer, mode="w") as tar:
             for entry in (*COPIED, *CARRIED):
@@ -327,9 +338,7 @@ class SshLauncher(Launcher):
         handle = SshProcess(popen, name, log_path)
         handle.send(json.dumps(request))
         self._processes.append(handle)
-        if not handle.wait_started(START_SECONDS):
-            log.warning("%s on %s did not start: %s", proc.id, name, handle.errors)
-        return handle
+        return handle  # not waiting for its pid: the next start's ssh connects meanwhile
 
     def _ping(self) -> None:
         while not self._closed.wait(PING_SECONDS):
@@ -353,7 +362,10 @@ class SshLauncher(Launcher):
         failures = [r for r in on_each(sorted(self._unpacked), self._finish) if r is not None]
         for failure in failures:
             log.warning("%s", failure)
+        on_each([h.name for h in self.hosts], self.options.close_master)
         self._unpacked.clear()
+        if self._control_dir:
+            shutil.rmtree(self._control_dir, ignore_errors=True)
 
     def _finish(self, name: str) -> None:
         """Bring back what the job produced on ``name`` (its result, checkpoints) and

@@ -9,6 +9,7 @@ from __future__ import annotations
 import re
 import shlex
 import subprocess
+import tempfile
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -37,6 +38,7 @@ class SshOptions:
     known_hosts: str = ""
     accept_new: bool = False
     python: str = ""  # the interpreter on the hosts
+    control_path: str = ""  # ssh's ControlPath: connections share a master per host
 
     @classmethod
     def of(cls, spec: JobSpec, local_python: str) -> SshOptions:
@@ -49,8 +51,7 @@ class SshOptions:
             spec.remote_python or spec.python or local_python,
         )
 
-    def ssh_argv(self, host: str, remote: Sequence[str], *options: str) -> list[str]:
-        """``ssh ... host -- remote`` with these options (``-R``, ...)."""
+    def _options(self, master: str = "no") -> list[str]:
         checking = "accept-new" if self.accept_new else "yes"
         argv = ["ssh", "-p", str(self.port), "-o", "BatchMode=yes"]
         argv += ["-o", f"StrictHostKeyChecking={checking}", "-o", "LogLevel=ERROR"]
@@ -62,7 +63,41 @@ class SshOptions:
             argv += ["-o", f"UserKnownHostsFile={self.known_hosts}"]
         if self.user:
             argv += ["-l", self.user]
-        return [*argv, *options, host, "--", shlex.join(remote)]
+        if self.control_path:  # through the host's master connection where there is one
+            argv += ["-o", f"ControlPath={self.control_path}", "-o", f"ControlMaster={master}"]
+        return argv
+
+    def ssh_argv(self, host: str, remote: Sequence[str], *options: str) -> list[str]:
+        """``ssh ... host -- remote`` with these options (``-R``, ...)."""
+        return [*self._options(), *options, host, "--", shlex.join(remote)]
+
+    def open_master(self, host: str, timeout: float = 60) -> None:
+        """Start the master connection to ``host`` that later commands share (one
+        handshake per host, not per process); it runs until :meth:`close_master`."""
+        if not self.control_path:
+            return
+        argv = [*self._options("yes"), "-N", "-f", "-o", "ControlPersist=yes", host]
+        with tempfile.TemporaryFile() as errors:  # a pipe would stay open in the master
+            try:
+                code = subprocess.run(
+                    argv,
+                    stdin=subprocess.DEVNULL,
+                    stdout=subprocess.DEVNULL,
+                    stderr=errors,
+                    timeout=timeout,
+                ).returncode
+            except subprocess.TimeoutExpired:
+                raise RemoteError(f"host {host}: no answer within {timeout:g} s") from None
+            if code != 0:
+                errors.seek(0)
+                said = errors.read().decode(errors="replace")
+                raise RemoteError(explain(host, code, said, self))
+
+    def close_master(self, host: str) -> None:
+        """End ``host``'s master connection (and every session still on it)."""
+        if self.control_path:
+            argv = [*self._options(), "-O", "exit", host]
+            subprocess.run(argv, capture_output=True, timeout=10)
 
     def agent(self, *args: str) -> list[str]:
         """The remote command line that runs the agent with ``args``."""

@@ -36,6 +36,8 @@ class ProcessEvents:
             if entry.handle is None:
                 return  # gone already: its helper's exit will account for it
             record.pid, record.create_time = body["pid"], entry.handle.create_time
+        if not record.pid and entry.handle is not None:  # a remote pid, known since start
+            record.pid, record.create_time = entry.handle.pid, entry.handle.create_time
         record.host = str(body.get("host") or record.host)
         record.address = str(body.get("address") or record.address)
         record.state = "running"

@@ -1,0 +1,107 @@
+"""Launchers side by side: the same 2-worker Horovod Keras job through
+``horovodrun --gloo -H`` over two ssh hosts, and through ``%%distributed`` on the local
+launcher and the ssh launcher (over the same hosts).
+
+The hosts are the test suite's (tests/multihost.py): network namespaces on this machine
+behind a bridge, each running Debian's sshd on port 2222 (root needed). Each round runs
+every launcher once, the order rotating; rank 0 prints the wall-clock time of its first
+finished step and its steps/sec after a warm-up (launch_overhead.py's script). Reported:
+medians, and the mean of per-round ratios against horovodrun with a 95% confidence
+interval. Raw figures go to ``benchmarks/results/``.
+
+    .venv/bin/python benchmarks/launchers.py [--rounds 5] [--steps 300]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path[:0] = [str(HERE), str(HERE.parent / "tests")]
+
+from launch_overhead import SCRIPT, mean_with_interval, parse, run_distributed  # noqa: E402
+from multihost import SSH_PORT, SshCluster, ssh_cluster  # noqa: E402
+
+INTERFACE = "jdeth0"  # the hosts' interface; the bridge gets the same name for horovodrun
+
+
+def run_horovodrun(script: Path, cluster: SshCluster) -> tuple[float, float]:
+    horovodrun = Path(sys.executable).with_name("horovodrun")
+    hosts = ",".join(f"{h.address}:1" for h in cluster.hosts)
+    started = time.time()
+    proc = subprocess.run(
+        [str(horovodrun), "--gloo", "-np", "2", "-H", hosts, "-p", str(SSH_PORT)]
+        + ["-i", str(cluster.identity), "--network-interface", INTERFACE]
+        + [sys.executable, str(script)],
+        capture_output=True,
+        text=True,
+        cwd=script.parent,
+    )
+    if proc.returncode:
+        raise RuntimeError(f"horovodrun failed:\n{proc.stdout[-2000:]}\n{proc.stderr[-2000:]}")
+    first, rate = parse(proc.stdout)
+    return first - started, rate
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--steps", type=int, default=300)
+    args = parser.parse_args()
+
+    from IPython.core.interactiveshell import InteractiveShell
+
+    os.environ["JUPYTER_DISTRAIN_POOL"] = "0"  # cold starts everywhere: the pool is local only
+    with tempfile.TemporaryDirectory() as tmp:
+        os.environ.setdefault("JUPYTER_DISTRAIN_ROOT", str(Path(tmp) / "jobs"))
+        code = SCRIPT.format(steps=args.steps)
+        script = Path(tmp) / "bench_keras.py"
+        script.write_text(code)
+        shell = InteractiveShell.instance()
+        shell.extension_manager.load_extension("jupyter_distrain")
+        with ssh_cluster(Path(tmp) / "hosts", bridge=INTERFACE) as cluster:
+            flags = {"local": "", "ssh": cluster.flags()}
+            columns = ["horovodrun", *flags]
+            results: dict[str, list[tuple[float, float]]] = {name: [] for name in columns}
+            for i in range(args.rounds):
+                shift = i % len(columns)
+                for name in columns[shift:] + columns[:shift]:
+                    if name == "horovodrun":
+                        res = run_horovodrun(script, cluster)
+                    else:
+                        res = run_distributed(shell, code, flags[name])
+                    results[name].append(res)
+                    print(
+                        f"round {i + 1} {name:<11} first step {res[0]:6.2f} s "
+                        f"{res[1]:7.1f} steps/s",
+                        flush=True,
+                    )
+    print()
+    print(f"{'launcher':<12}{'time to first step (s)':>24}{'steps/sec':>12}")
+    for name, rs in results.items():
+        first = statistics.median(r[0] for r in rs)
+        rate = statistics.median(r[1] for r in rs)
+        print(f"{name:<12}{first:>24.2f}{rate:>12.1f}")
+    for name in columns[1:]:
+        pairs = list(zip(results[name], results["horovodrun"], strict=True))
+        for label, column in (("time to first step", 0), ("steps/sec", 1)):
+            mean, low, high = mean_with_interval([d[column] / h[column] for d, h in pairs])
+            print(f"{name}/horovodrun {label}: {mean:.3f} (95% CI {low:.3f}-{high:.3f})")
+    out = HERE / "results"
+    out.mkdir(exist_ok=True)
+    path = out / f"launchers-{time.strftime('%Y%m%d-%H%M%S')}.json"
+    path.write_text(json.dumps({"args": vars(args), "rounds": results}, indent=1))
+    print(f"raw figures: {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
