@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 import os
-from collections.abc import Mapping
+from collections.abc import Mapping, MutableMapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -73,6 +73,9 @@ class Env:
     INSTRUMENT = "JUPYTER_DISTRAIN_INSTRUMENT"  # "0" turns the Keras instrumentation off
     # MPI path: one mpirun starts every rank; each names itself from its MPI rank
     IDENTITY_FROM_MPI = "JUPYTER_DISTRAIN_IDENTITY_FROM_MPI"
+    # "mpirun": such a rank leaves its output to mpirun (which tags it by rank), rather
+    # than writing its own log file (on another host that file would stay there)
+    RANK_OUTPUT = "JUPYTER_DISTRAIN_RANK_OUTPUT"
     # the warm worker pool (user settings)
     POOL = "JUPYTER_DISTRAIN_POOL"  # "0" turns it off
     POOL_SIZE = "JUPYTER_DISTRAIN_POOL_SIZE"  # idle processes per pool, at most
@@ -82,6 +85,28 @@ class Env:
 
 
 MODES = ("train", "server", "seed")
+
+# A job directory (and the channels' sockets in it) may be given as a template that each
+# host completes: mpirun hands every rank the same environment, on every host.
+HOST_PLACEHOLDER = "{hostname}"
+
+
+def expand_host_path(value: str) -> str:
+    """``value`` with ``{hostname}`` replaced by this host's name and a leading ``~``
+    (after a ``unix:`` or ``ipc://`` scheme, if any) by the home directory."""
+    import socket
+
+    scheme = next((s for s in ("unix:", "ipc://") if value.startswith(s)), "")
+    path = value[len(scheme) :].replace(HOST_PLACEHOLDER, socket.gethostname())
+    return scheme + os.path.expanduser(path)
+
+
+def expand_host_paths(environ: MutableMapping[str, str]) -> None:
+    """Complete the job directory and channel templates in ``environ``, in place."""
+    for key in (Env.JOB_DIR, Env.CONTROL, Env.METRICS):
+        if key in environ:
+            environ[key] = expand_host_path(environ[key])
+
 
 # Where a process's rank comes from, first found wins.
 _RANK_SOURCES = ("OMPI_COMM_WORLD_RANK", "PMI_RANK", "HOROVOD_RANK", Env.INDEX)

@@ -13,6 +13,8 @@ One short program per ssh session, light to import (no TensorFlow, no ZeroMQ):
   take ``signal`` and ``ping`` commands from stdin. When stdin ends (the connection
   or the supervisor is gone) or no ``ping`` came for ``HEARTBEAT_TIMEOUT`` seconds,
   the whole process tree is killed: nothing outlives its connection.
+- ``guard DIR``: hold the host while processes that another program started (mpirun's
+  ranks) run there for the job; when the session ends or falls silent, kill them.
 - ``finish DIR``: write a tar of what the job produced there (its result, checkpoints)
   to stdout, then remove the directory.
 """
@@ -107,7 +109,21 @@ def preflight(backend: str, interface: str, ports: int) -> dict[str, Any]:
         found["iface"], found["address"] = _interface_of(server), server
     if found["address"]:
         found["ports"] = free_ports(found["address"], ports)
+        found["network"] = _network_of(found["iface"], found["address"])
+    found["orted"] = shutil.which("orted") or ""  # OpenMPI's daemon, for --controller mpi
     return found
+
+
+def _network_of(interface: str, address: str) -> str:
+    """``address``'s network on ``interface`` in CIDR notation (OpenMPI's if_include)."""
+    import ipaddress
+
+    import psutil
+
+    for a in psutil.net_if_addrs().get(interface, []):
+        if a.family == socket.AF_INET and a.address == address and a.netmask:
+            return str(ipaddress.ip_interface(f"{address}/{a.netmask}").network)
+    return f"{address}/32"
 
 
 # --- the job directory ------------------------------------------------------------------
@@ -289,6 +305,91 @@ def _serve(process: subprocess.Popen[bytes], commands: CommandReader) -> int:
     return 0
 
 
+def guard(directory: Path) -> int:
+    """Hold a host for the processes that others start here (mpirun's ranks): when this
+    session ends or falls silent, kill every process of this user whose job directory
+    is ``directory``."""
+    commands = CommandReader(sys.stdin.fileno())
+    heard = time.monotonic()
+    starters: dict[int, float] = {}  # the processes that started the job's (OpenMPI's orted)
+    while not commands.closed and time.monotonic() - heard < HEARTBEAT_TIMEOUT:
+        readable, _, _ = select.select([commands.fd], [], [], 0.5)
+        if readable:
+            commands.fill()
+            heard = time.monotonic()
+        for line in commands.lines():
+            words = line.split()
+            if words[:1] == [b"kill"] and len(words) == 3:
+                signal_job_process(directory, int(words[1]), int(words[2]))
+        starters.update(_starters_of(directory))
+    killed = kill_job_processes(directory) + _kill_same(starters)
+    with contextlib.suppress(OSError):
+        report(guard_killed=killed)
+    return 0
+
+
+def _of_job(proc: Any, directory: Path) -> bool:
+    """Whether ``proc`` is one of this user's processes of the job in ``directory``."""
+    from .contract import Env, expand_host_path
+
+    if proc.pid == os.getpid() or proc.uids().real != os.getuid():
+        return False
+    given = proc.environ().get(Env.JOB_DIR, "")
+    return bool(given) and str(directory) in (given, expand_host_path(given))
+
+
+def _starters_of(directory: Path) -> dict[int, float]:
+    """The parents (pid: start time) of the job's processes here, other than this
+    user's shells: the daemons that started them, which outlive them."""
+    import psutil
+
+    found = {}
+    for proc in psutil.process_iter():
+        with contextlib.suppress(psutil.Error):
+            if _of_job(proc, directory):
+                parent = proc.parent()
+                if parent is not None and parent.name() == "orted":
+                    found[parent.pid] = parent.create_time()
+    return found
+
+
+def _kill_same(processes: dict[int, float]) -> list[int]:
+    """Kill each (pid, start time) that is still that process."""
+    import psutil
+
+    killed = []
+    for pid, started in processes.items():
+        with contextlib.suppress(psutil.Error):
+            proc = psutil.Process(pid)
+            if abs(proc.create_time() - started) < 0.01:
+                proc.kill()
+                killed.append(pid)
+    return killed
+
+
+def kill_job_processes(directory: Path) -> list[int]:
+    """Kill the processes of the job in ``directory`` here; returns their pids."""
+    import psutil
+
+    killed = []
+    for proc in psutil.process_iter():
+        with contextlib.suppress(psutil.Error):
+            if _of_job(proc, directory):
+                proc.kill()
+                killed.append(proc.pid)
+    return killed
+
+
+def signal_job_process(directory: Path, pid: int, sig: int) -> None:
+    """Send ``sig`` to ``pid`` if it is a process of the job in ``directory``."""
+    import psutil
+
+    with contextlib.suppress(psutil.Error, ValueError):
+        proc = psutil.Process(pid)
+        if _of_job(proc, directory):
+            proc.send_signal(sig)
+
+
 def main(argv: list[str]) -> int:
     import argparse
 
@@ -298,7 +399,7 @@ def main(argv: list[str]) -> int:
     check.add_argument("--backend", required=True)
     check.add_argument("--interface", default="")
     check.add_argument("--ports", type=int, default=0)
-    for name in ("unpack", "run", "finish"):
+    for name in ("unpack", "run", "guard", "finish"):
         commands.add_parser(name).add_argument("directory")
     args = parser.parse_args(argv)
     if args.command == "preflight":
@@ -310,6 +411,8 @@ def main(argv: list[str]) -> int:
         return 0
     if args.command == "run":
         return run(directory)
+    if args.command == "guard":
+        return guard(directory)
     sys.stdout.buffer.write(pack(directory))
     sys.stdout.flush()
     shutil.rmtree(directory, ignore_errors=True)

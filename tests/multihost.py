@@ -105,6 +105,13 @@ class SshCluster:
         }
 
 
+def _kill_inside(namespace: str) -> None:
+    pids = subprocess.run(["ip", "netns", "pids", namespace], capture_output=True, text=True)
+    for pid in pids.stdout.split():
+        with contextlib.suppress(psutil.NoSuchProcess):
+            psutil.Process(int(pid)).kill()
+
+
 def _ip(*argv: str) -> None:
     subprocess.run(["ip", *argv], check=True, capture_output=True)
 
@@ -169,6 +176,8 @@ def ssh_cluster(
             host.config.write_text(_sshd_config(host, home, authorized))
             with contextlib.suppress(subprocess.CalledProcessError):
                 _ip("netns", "del", name)
+            with contextlib.suppress(subprocess.CalledProcessError):
+                _ip("link", "del", f"v{name}")  # left by a run whose host outlived it
             _ip("netns", "add", name)
             _ip("link", "add", f"v{name}", "type", "veth", "peer", "name", "jdeth0", "netns", name)
             _ip("link", "set", f"v{name}", "master", bridge, "up")
@@ -181,6 +190,7 @@ def ssh_cluster(
     finally:
         for host in hosts:
             host.kill_sshd()
+            _kill_inside(host.name)  # a process left there would keep the namespace alive
             with contextlib.suppress(subprocess.CalledProcessError):
                 _ip("netns", "del", host.name)
         if made_bridge:

@@ -23,7 +23,10 @@ import io
 import ipaddress
 import json
 import logging
+import os
+import re
 import secrets
+import shlex
 import shutil
 import subprocess
 import sys
@@ -34,16 +37,18 @@ from pathlib import Path
 from typing import Any
 
 from ..cellcheck import uses_horovod_elastic
-from ..contract import Env
+from ..contract import HOST_PLACEHOLDER, Env, ProcessId
 from ..remote import CARRIED, COPIED, MARK
 from ..spec import JobSpec, SpecError
 from ..store import runtime_dir
 from .base import LaunchedProcess, Launcher, ProcessSpec, Slot
 from .hosts import parse_hosts
 from .limits import thread_env
+from .local import LocalProcess, die_with_parent
 from .ssh_session import RemoteError, SshOptions, on_each
 
 log = logging.getLogger(__name__)
+_TAG_RE = re.compile(rb"\[\d+,(\d+)\]<std(?:out|err)>:")  # mpirun --tag-output
 
 REMOTE_ROOT = ".jupyter_distrain/jobs"  # under the remote user's home
 PING_SECONDS = 2.0
@@ -56,18 +61,26 @@ HANG_UP_SECONDS = 5.0  # for ssh to end once its agent was told to
 class RemoteHost:
     """A host as the pre-flight found it."""
 
-    name: str
+    name: str  # as named on --hosts
     slots: int
     address: str  # where the other hosts reach it
     iface: str
     home: str
     driver: str  # where it reached us from (this machine's address on that network)
     ports: list[int]
+    hostname: str = ""  # the host's own name
+    network: str = ""  # the address's network, CIDR
+    orted: str = ""  # OpenMPI's daemon there, if any
 
-    def directory(self, job_id: str, index: int) -> str:
-        """The job's private directory on this host (distinct per host, even when
-        hosts share a file system)."""
-        return f"{self.home}/{REMOTE_ROOT}/{job_id}/host{index}"
+    def directory(self, job_id: str) -> str:
+        """The job's private directory on this host, named by the host's own name (so
+        distinct even when hosts share a file system, and the same template for all)."""
+        return f"{self.home}/{REMOTE_ROOT}/{job_id}/{self.hostname}"
+
+
+def job_directory_template(job_id: str) -> str:
+    """:meth:`RemoteHost.directory` as every host completes it (for mpirun's ranks)."""
+    return f"~/{REMOTE_ROOT}/{job_id}/{HOST_PLACEHOLDER}"
 
 
 def preflight(spec: JobSpec, processes: int, python: str) -> list[RemoteHost]:
@@ -92,30 +105,50 @@ def preflight(spec: JobSpec, processes: int, python: str) -> list[RemoteHost]:
 
     found = on_each([h.name for h in hosts], check)
     problems = [str(f) for f in found if isinstance(f, RemoteError)]
-    for host, info in zip(hosts, found, strict=True):
-        if isinstance(info, RemoteError):
-            continue
-        if not info["backend_ok"]:
-            problems.append(f"host {host.name}: backend {spec.backend}: {info['backend_why']}")
-        elif not info.get("address"):
-            where = spec.network_interface or "the interface ssh arrived on"
-            problems.append(f"host {host.name}: no IPv4 address on {where}")
-        elif spec.backend == "horovod" and len(hosts) > 1 and not _routable(info["name_address"]):
-            problems.append(
-                f"host {host.name}: its name {info['name']!r} resolves to "
-                f"{info['name_address'] or 'nothing'}, which other hosts cannot reach; "
-                "Horovod's Gloo listens there (map the name to the host's address in its "
-                "/etc/hosts or DNS)"
-            )
+    checked = [(h, i) for h, i in zip(hosts, found, strict=True) if isinstance(i, dict)]
+    for host, info in checked:
+        problems += _problems(spec, host.name, info, len(hosts))
+    names = [info["name"] for _, info in checked]
+    for host, info in checked:
+        if names.count(info["name"]) > 1:
+            problems.append(f"host {host.name}: another host has its name {info['name']!r}")
     if problems:
         raise SpecError("--hosts: " + "; ".join(problems))
     return [
         RemoteHost(
-            h.name, h.slots, i["address"], i["iface"], i["home"], i["driver"], i.get("ports", [])
+            h.name,
+            h.slots,
+            i["address"],
+            i["iface"],
+            i["home"],
+            i["driver"],
+            i.get("ports", []),
+            i["name"],
+            i.get("network", ""),
+            i.get("orted", ""),
         )
-        for h, i in zip(hosts, found, strict=True)
-        if isinstance(i, dict)
+        for h, i in checked
     ]
+
+
+def _problems(spec: JobSpec, name: str, info: dict[str, Any], hosts: int) -> list[str]:
+    """What stops ``name`` (as its pre-flight found it) from running the job."""
+    if not info["backend_ok"]:
+        return [f"host {name}: backend {spec.backend}: {info['backend_why']}"]
+    if not info.get("address"):
+        where = spec.network_interface or "the interface ssh arrived on"
+        return [f"host {name}: no IPv4 address on {where}"]
+    if spec.backend != "horovod" or hosts == 1:
+        return []
+    if spec.controller == "mpi" and not info.get("orted"):
+        return [f"host {name}: --controller mpi needs OpenMPI there (no orted on its PATH)"]
+    if spec.controller == "gloo" and not _routable(info["name_address"]):
+        return [
+            f"host {name}: its name {info['name']!r} resolves to "
+            f"{info['name_address'] or 'nothing'}, which other hosts cannot reach; Horovod's "
+            "Gloo listens there (map the name to the host's address in its /etc/hosts or DNS)"
+        ]
+    return []
 
 
 def _control_dir() -> str:
@@ -218,6 +251,30 @@ class SshProcess(LaunchedProcess):
             self.popen.wait()
 
 
+class RemoteRank(LaunchedProcess):
+    """One of mpirun's ranks on a host: it reports its own exit (bye) and lives no
+    longer than mpirun; signals go through the host's guard session."""
+
+    def __init__(self, pid: int, host: str, guard: SshProcess, mpirun: LaunchedProcess):
+        self.pid = pid
+        self.host = host
+        self.guard = guard
+        self.mpirun = mpirun
+
+    def poll(self) -> int | None:
+        return None if self.mpirun.poll() is None else 0
+
+    def wait(self) -> int:
+        self.mpirun.wait()
+        return 0
+
+    def signal(self, sig: int, tree: bool = False) -> None:
+        self.guard.send(f"kill {self.pid} {int(sig)}")
+
+    def memory_bytes(self) -> int:
+        return 0  # not measured on the host (mpirun's ranks): --memory does not apply
+
+
 class SshLauncher(Launcher):
     """Places slots on ``--hosts`` in order, filling each host's slots first."""
 
@@ -233,7 +290,9 @@ class SshLauncher(Launcher):
         self.hosts = [RemoteHost(**h) for h in self.spec.placement]
         self._free_ports = {h.name: list(h.ports) for h in self.hosts}
         self._unpacked: set[str] = set()
-        self._processes: list[SshProcess] = []
+        self._processes: list[SshProcess] = []  # every session: processes and guards
+        self._guards: dict[str, SshProcess] = {}  # by host name: for mpirun's ranks
+        self._mpirun: LaunchedProcess | None = None
         self._starts = 0
         self._closed = threading.Event()
         self._pinger = threading.Thread(target=self._ping, daemon=True)
@@ -241,8 +300,8 @@ class SshLauncher(Launcher):
 
     @classmethod
     def check_capacity(cls, spec: JobSpec, processes: int) -> JobSpec:
-        if spec.controller == "mpi":
-            raise SpecError("--controller mpi is not supported by --launcher ssh yet: use gloo")
+        if spec.backend == "horovod" and spec.controller == "mpi" and not shutil.which("mpirun"):
+            raise SpecError("--controller mpi needs mpirun here (Debian: openmpi-bin)")
         if spec.gpus:
             raise SpecError("--gpus is not supported by --launcher ssh yet")
         if spec.backend == "horovod" and uses_horovod_elastic(spec.code):
@@ -269,10 +328,10 @@ class SshLauncher(Launcher):
     def isolate(cls) -> str | None:
         return "the ssh launcher runs the job on other hosts"
 
-    def _host(self, name: str) -> tuple[int, RemoteHost]:
-        for index, host in enumerate(self.hosts):
+    def _host(self, name: str) -> RemoteHost:
+        for host in self.hosts:
             if host.name == name:
-                return index, host
+                return host
         raise ValueError(f"{name!r} is not one of the job's hosts")
 
     def place(self, n: int) -> list[Slot]:
@@ -285,7 +344,21 @@ class SshLauncher(Launcher):
         failures = [r for r in on_each(used, self._unpack) if isinstance(r, RemoteError)]
         if failures:
             raise RuntimeError("; ".join(map(str, failures)))
+        if self.spec.backend == "horovod" and self.spec.controller == "mpi":
+            for name in used:
+                self._guard(name)
         return slots
+
+    def _guard(self, name: str) -> None:
+        """A session that holds ``name`` for the ranks mpirun starts there: it forwards
+        the channels' sockets into the job's directory on the host, and when it ends
+        the agent kills whatever of the job is left there."""
+        directory = self._directory(name)
+        forwards = []
+        for channel in ("control", "metrics"):
+            forwards += ["-R", f"{directory}/{channel}.sock:{self.job.socket_path(channel)}"]
+        log_path = self.job.logs_dir / f"guard-{self._host(name).hostname}.log"
+        self._guards[name] = self._session(name, ["guard", directory], forwards, log_path)
 
     def _unpack(self, name: str) -> None:
         self.options.open_master(name, timeout=self.spec.timeout)
@@ -298,8 +371,7 @@ class SshLauncher(Launcher):
         self._unpacked.add(name)
 
     def _directory(self, name: str) -> str:
-        index, host = self._host(name)
-        return host.directory(self.job.id, index)
+        return self._host(name).directory(self.job.id)
 
     def driver_address(self) -> str:
         return self.hosts[0].driver
@@ -311,6 +383,9 @@ class SshLauncher(Launcher):
             raise RuntimeError("the pre-flight reserved too few ports") from None
 
     def start(self, proc: ProcessSpec, log_path: Path) -> LaunchedProcess:
+        if proc.hosts:  # mpirun: here, starting the ranks over ssh itself
+            self._mpirun = self._start_mpirun(proc, log_path)
+            return self._mpirun
         assert proc.slot is not None, "every process of an ssh job has a slot"
         name = proc.slot.host
         directory = self._directory(name)
@@ -323,22 +398,88 @@ class SshLauncher(Launcher):
             remote_env[key] = scheme + remote
         env = {**thread_env(self.spec.cpu), **self.spec.env, **proc.env, **remote_env}
         env[Env.JOB_DIR] = directory
-        argv = list(proc.argv)
-        if argv and argv[0] == (self.spec.python or sys.executable):
-            argv[0] = self.options.python
-        request = {"argv": argv, "env": env, "sockets": [f.split(":")[0] for f in forwards[1::2]]}
+        request = {
+            "argv": self._remote_argv(proc.argv),
+            "env": env,
+            "sockets": [f.split(":")[0] for f in forwards[1::2]],
+        }
+        handle = self._session(name, ["run", directory], forwards, log_path)
+        handle.send(json.dumps(request))
+        return handle  # not waiting for its pid: the next start's ssh connects meanwhile
+
+    def _session(
+        self, name: str, agent_args: list[str], forwards: list[str], log_path: Path
+    ) -> SshProcess:
+        """An ssh session on ``name`` running the agent, its stdout appended to ``log_path``."""
         with open(log_path, "ab", buffering=0) as log_file:
             popen = subprocess.Popen(
-                self.options.ssh_argv(name, self.options.agent("run", directory), *forwards),
+                self.options.ssh_argv(name, self.options.agent(*agent_args), *forwards),
                 stdin=subprocess.PIPE,
                 stdout=log_file,
                 stderr=subprocess.PIPE,
                 start_new_session=True,
             )
         handle = SshProcess(popen, name, log_path)
-        handle.send(json.dumps(request))
         self._processes.append(handle)
-        return handle  # not waiting for its pid: the next start's ssh connects meanwhile
+        return handle
+
+    def _remote_argv(self, argv: list[str]) -> list[str]:
+        """``argv`` with this machine's worker interpreter replaced by the hosts'."""
+        local = self.spec.python or sys.executable
+        return [self.options.python if arg == local else arg for arg in argv]
+
+    def _start_mpirun(self, proc: ProcessSpec, log_path: Path) -> LaunchedProcess:
+        """mpirun here; it starts OpenMPI's daemon on each host over ssh (the same
+        options: port, key, known hosts), which starts the ranks. Every rank gets the
+        same environment, so the job directory is a template each host completes."""
+        template = job_directory_template(self.job.id)
+        env = {**os.environ, **thread_env(self.spec.cpu), **self.spec.env, **proc.env}
+        env[Env.JOB_DIR] = template
+        env[Env.CONTROL] = f"unix:{template}/control.sock"
+        env[Env.METRICS] = f"ipc://{template}/metrics.sock"
+        env[Env.RANK_OUTPUT] = "mpirun"
+        networks = ",".join(sorted({h.network for h in self.hosts}))
+        argv = self._remote_argv(proc.argv)
+        argv[1:1] = [
+            *("--mca", "plm_rsh_agent", "ssh", "--mca", "plm_rsh_no_tree_spawn", "1"),
+            *("--mca", "plm_rsh_args", shlex.join(self.options.rsh_options())),
+            *("--mca", "oob_tcp_if_include", networks),
+            *("--mca", "btl_tcp_if_include", networks),
+            *("-x", Env.RANK_OUTPUT, "--tag-output"),
+        ]
+        popen = subprocess.Popen(
+            argv,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            env=env,
+            start_new_session=True,
+            preexec_fn=die_with_parent,
+        )
+        threading.Thread(target=self._sort_output, args=(popen, log_path), daemon=True).start()
+        return LocalProcess(popen)
+
+    def _sort_output(self, popen: subprocess.Popen[bytes], log_path: Path) -> None:
+        """Each rank's output (mpirun tags every chunk a rank writes, several chunks may
+        share a line) into that rank's log; the rest into mpirun's own."""
+        assert popen.stdout is not None
+        logs: dict[Path, Any] = {}
+
+        def write(path: Path, data: bytes) -> None:
+            if path not in logs:
+                logs[path] = open(path, "ab", buffering=0)  # noqa: SIM115
+            logs[path].write(data)
+
+        try:
+            for line in popen.stdout:
+                untagged, *tagged = _TAG_RE.split(line)
+                if untagged:
+                    write(log_path, untagged)
+                for rank, chunk in zip(tagged[::2], tagged[1::2], strict=True):
+                    write(self.job.log_file(ProcessId("worker", int(rank))), chunk)
+        finally:
+            for file in logs.values():
+                file.close()
 
     def _ping(self) -> None:
         while not self._closed.wait(PING_SECONDS):
@@ -347,7 +488,11 @@ class SshLauncher(Launcher):
                     handle.send("ping")
 
     def adopt(self, pid: int, host: str) -> LaunchedProcess | None:
-        return None  # every process of an ssh job is started by this launcher
+        """One of mpirun's ranks, by its pid on the host that calls itself ``host``."""
+        for remote in self.hosts:
+            if remote.hostname == host and remote.name in self._guards and self._mpirun:
+                return RemoteRank(pid, remote.name, self._guards[remote.name], self._mpirun)
+        return None
 
     def sweep(self) -> None:
         for handle in self._processes:

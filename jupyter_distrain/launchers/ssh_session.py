@@ -6,6 +6,7 @@ the user passes ``--ssh-accept-new-hosts``); ssh never asks anything (``BatchMod
 
 from __future__ import annotations
 
+import dataclasses
 import re
 import shlex
 import subprocess
@@ -66,6 +67,10 @@ class SshOptions:
         if self.control_path:  # through the host's master connection where there is one
             argv += ["-o", f"ControlPath={self.control_path}", "-o", f"ControlMaster={master}"]
         return argv
+
+    def rsh_options(self) -> list[str]:
+        """The options for another program's ssh (OpenMPI's rsh agent): no master."""
+        return dataclasses.replace(self, control_path="")._options()[1:]
 
     def ssh_argv(self, host: str, remote: Sequence[str], *options: str) -> list[str]:
         """``ssh ... host -- remote`` with these options (``-R``, ...)."""

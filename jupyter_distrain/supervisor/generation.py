@@ -55,7 +55,8 @@ class Generation:
         for proc in self.pending:
             self._row(proc)
             for member, slot in proc.hosts.items():
-                self.table.add(member, slot.host, member.index).host = proc.id
+                entry = self.table.add(member, slot.host, member.index)
+                entry.host, entry.record.address = proc.id, slot.address
         return self.plan
 
     @property

@@ -166,6 +166,8 @@ def _exit_code(code: object) -> int:
 
 
 def main() -> int:
+    if os.environ.get(Env.IDENTITY_FROM_MPI):  # mpirun gave every host the same paths
+        contract.expand_host_paths(os.environ)
     channels = WorkerChannels.from_env()
     if channels is None:
         print(f"jupyter_distrain: {Env.JOB_DIR} is not set: not started by a job", file=sys.stderr)
@@ -181,7 +183,8 @@ def main() -> int:
     os.environ[Env.RANK] = str(rank)  # the user's program may read it
     if os.environ.get(Env.IDENTITY_FROM_MPI):  # one of mpirun's ranks: its own log
         os.environ.update(contract.identity_env(me, None))
-        _redirect_output(job.log_file(me))
+        if os.environ.get(Env.RANK_OUTPUT) != "mpirun":
+            _redirect_output(job.log_file(me))
     try:
         path, program = load_program(job)
     except (OSError, SyntaxError, ValueError) as exc:
