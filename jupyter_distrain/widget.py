@@ -304,7 +304,8 @@ class JobWidget(widgets.VBox):
         error = self.model.status.error
         if error:
             parts.append(f"<span style='color:#a00'>{html.escape(error)}</span>")
-        self.header.value = " &middot; ".join(parts)
+        notes = "".join(f"<br><small>{html.escape(n)}</small>" for n in self.job.notes)
+        self.header.value = " &middot; ".join(parts) + notes  # e.g. the hosts checked
         self.table.value = self._table_html()
         self.chart.value = self._chart_svg()
         done, eta = self.model.progress()

@@ -24,6 +24,7 @@ from jupyter_distrain.contract import Env, ProcessId
 from jupyter_distrain.job import Job
 from jupyter_distrain.spec import JobSpec, SpecError
 from jupyter_distrain.store import list_job_dirs
+from jupyter_distrain.widget import JobWidget
 from jupyter_distrain.workers import run_cluster
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="network namespaces need root")
@@ -191,7 +192,10 @@ def test_a_tf_collective_job_runs_across_hosts(cluster, jobs_root):
         "print(f'replicas {strategy.num_replicas_in_sync} total {float(total)}')\n"
     )
     job = api.submit(JobSpec(code=code, workers=2, backend="tf", **cluster.options()))
+    widget = JobWidget(job)
     assert job.wait(180) == "succeeded"
+    widget.refresh(force=True)  # the widget says which hosts the pre-flight checked
+    assert "Hosts checked: 10.232.0.11 (jdeth0, 1 slot), 10.232.0.12" in widget.header.value
     for index in (0, 1):
         assert "replicas 2 total 4.0" in job.logs(ProcessId("worker", index))
 
