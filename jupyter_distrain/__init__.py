@@ -83,3 +83,8 @@ def load_ipython_extension(ipython: Any) -> None:
     from .magics import register
 
     register(ipython)
+
+
+def _jupyter_server_extension_points() -> list[dict[str, str]]:
+    """The Jupyter server extension (the REST API under ``/distrain/``)."""
+    return [{"module": "jupyter_distrain.server"}]

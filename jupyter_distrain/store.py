@@ -26,7 +26,7 @@ import re
 import secrets
 import stat
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -172,6 +172,11 @@ class UnsafeJobDirectory(PermissionError):
 
 
 JOB_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,79}$")
+
+
+def aggregate_images_per_sec(processes: Iterable[ProcessRecord]) -> float:
+    """The job's images/sec: the sum over its live processes."""
+    return sum(p.images_per_sec or 0.0 for p in processes if p.live and p.images_per_sec)
 
 
 def check_private(path: Path, what: str) -> None:

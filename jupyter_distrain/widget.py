@@ -27,7 +27,7 @@ from IPython.display import display
 from .contract import ProcessId, metric_number
 from .follow import follow
 from .job import Job, JobFailed
-from .store import FINAL_STATES, JobStatus, ProcessRecord
+from .store import FINAL_STATES, JobStatus, ProcessRecord, aggregate_images_per_sec
 from .tail import LineReader, last_lines
 
 MAX_REDRAWS_PER_SECOND = 4
@@ -73,11 +73,6 @@ def progress(
     elapsed = now - (first_step_time or now)
     eta = elapsed * (1 - done) / done if done > 0 else None
     return done, eta
-
-
-def aggregate_images_per_sec(processes: Iterable[ProcessRecord]) -> float:
-    """The job's images/sec: the sum over its live processes."""
-    return sum(p.images_per_sec or 0.0 for p in processes if p.live and p.images_per_sec)
 
 
 def gpu_text(record: ProcessRecord) -> str:

@@ -1,0 +1,177 @@
+"""One REST handler per resource: the jobs, one job, its logs, its metrics.
+
+Reads are bounded and incremental: a log is read from its end (``tail``) or from a
+byte offset the client got from its last read (``offset``), metrics from the offset
+of the last record read (``since``); never the whole file per poll.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from jupyter_server.base.handlers import APIHandler
+from jupyter_server.utils import url_path_join
+from tornado import web
+
+from ..contract import ProcessId
+from ..job import Job
+from ..store import JOB_ID_RE, find_job_dir, list_job_dirs
+from ..tail import LineReader, last_lines
+from .models import job_model
+
+MAX_TAIL_LINES = 5000
+MAX_READ_BYTES = 256 * 1024  # one incremental read of a log or of the metrics
+MAX_RECORDS = 5000
+
+
+def _job(job_id: str) -> Job:
+    """The job ``job_id`` (exactly), or 404."""
+    if not JOB_ID_RE.match(job_id):
+        raise web.HTTPError(404, f"no job {job_id!r}")
+    try:
+        job_dir = find_job_dir(job_id)
+    except (KeyError, OSError):
+        raise web.HTTPError(404, f"no job {job_id!r}") from None
+    if job_dir.id != job_id:  # a prefix: the API names jobs exactly
+        raise web.HTTPError(404, f"no job {job_id!r}")
+    return Job(job_dir)
+
+
+def _lines_after(path: Path, offset: int) -> tuple[list[bytes], int]:
+    """The complete lines written after byte ``offset`` (a bounded read), and the offset
+    after the last of them (a line still being written is read next time)."""
+    reader = LineReader(path)
+    reader.offset = offset
+    lines = reader.read(MAX_READ_BYTES)
+    return lines, offset + sum(len(line) + 1 for line in lines)
+
+
+def _int_argument(handler: APIHandler, name: str, default: int, low: int, high: int) -> int:
+    raw = handler.get_query_argument(name, str(default))
+    try:
+        value = int(raw)
+    except ValueError:
+        raise web.HTTPError(400, f"{name} must be a whole number, got {raw!r}") from None
+    if not low <= value <= high:
+        raise web.HTTPError(400, f"{name} must be between {low} and {high}, got {value}")
+    return value
+
+
+class JobsHandler(APIHandler):
+    """``GET /distrain/jobs``: every job, newest first."""
+
+    @web.authenticated
+    def get(self) -> None:
+        jobs = [job_model(Job(d)) for d in list_job_dirs()]
+        jobs.sort(key=lambda j: j["created"] or 0, reverse=True)
+        self.finish(json.dumps({"jobs": jobs}))
+
+
+class JobHandler(APIHandler):
+    """``GET``, ``PATCH`` (``{"workers": n}``: scale) and ``DELETE`` (stop) one job."""
+
+    @web.authenticated
+    def get(self, job_id: str) -> None:
+        self.finish(json.dumps(job_model(_job(job_id))))
+
+    @web.authenticated
+    def patch(self, job_id: str) -> None:
+        job = _job(job_id)
+        body = self._body()
+        workers = body.get("workers")
+        if set(body) != {"workers"} or not isinstance(workers, int) or isinstance(workers, bool):
+            raise web.HTTPError(400, 'the body must be {"workers": N} with a whole number N')
+        if workers < 1:
+            raise web.HTTPError(400, f"workers must be >= 1, got {workers}")
+        if job.done:
+            raise web.HTTPError(409, f"job {job_id} has ended: it cannot scale")
+        try:
+            job.scale(workers)
+        except (ValueError, RuntimeError, OSError) as exc:
+            raise web.HTTPError(409, str(exc)) from None
+        self.finish(json.dumps(job_model(job)))
+
+    @web.authenticated
+    def delete(self, job_id: str) -> None:
+        job = _job(job_id)
+        job.stop(wait=False)
+        self.set_status(202)
+        self.finish(json.dumps(job_model(job)))
+
+    def _body(self) -> dict[str, Any]:
+        try:
+            body = json.loads(self.request.body or b"null")
+        except ValueError:
+            raise web.HTTPError(400, "the body is not JSON") from None
+        if not isinstance(body, dict):
+            raise web.HTTPError(400, 'the body must be a JSON object: {"workers": N}')
+        return body
+
+
+class LogsHandler(APIHandler):
+    """``GET /distrain/jobs/<id>/logs?process=worker-0``: the last ``tail`` lines (default
+    100), or with ``offset`` the lines written since that byte offset (the answer's
+    ``offset`` is where the next read starts)."""
+
+    @web.authenticated
+    def get(self, job_id: str) -> None:
+        job = _job(job_id)
+        logs = job.dir.log_files()
+        name = self.get_query_argument("process", "")
+        try:
+            process = ProcessId.parse(name) if name else min(logs, default=None)
+        except ValueError as exc:
+            raise web.HTTPError(400, str(exc)) from None
+        if process is None or process not in logs:
+            raise web.HTTPError(404, f"job {job_id} has no log for {name or 'any process'}")
+        path = logs[process]
+        processes = [str(p) for p in sorted(logs)]
+        if self.get_query_argument("offset", None) is None:
+            tail = _int_argument(self, "tail", 100, 1, MAX_TAIL_LINES)
+            lines = last_lines(path, tail).splitlines()
+            offset = path.stat().st_size
+        else:
+            raw, offset = _lines_after(path, _int_argument(self, "offset", 0, 0, 2**62))
+            lines = [line.decode(errors="replace") for line in raw]
+        self.finish(
+            json.dumps(
+                {"process": str(process), "processes": processes, "lines": lines, "offset": offset}
+            )
+        )
+
+
+class MetricsHandler(APIHandler):
+    """``GET /distrain/jobs/<id>/metrics?since=OFFSET``: the metric records stored after
+    that byte offset of ``metrics.jsonl`` (at most a bounded read), and the offset to
+    ask from next."""
+
+    @web.authenticated
+    def get(self, job_id: str) -> None:
+        job = _job(job_id)
+        since = _int_argument(self, "since", 0, 0, 2**62)
+        lines, _ = _lines_after(job.dir.metrics_file, since)
+        lines = lines[:MAX_RECORDS]
+        records = []
+        for line in lines:
+            try:
+                records.append(json.loads(line))
+            except ValueError:
+                continue
+        offset = since + sum(len(line) + 1 for line in lines)
+        self.finish(json.dumps({"records": records, "since": offset}))
+
+
+def routes(base_url: str) -> list[tuple[str, type[APIHandler]]]:
+    """The extension's URL patterns under ``base_url``."""
+    job = r"/distrain/jobs/(?P<job_id>[^/]+)"
+    return [
+        (url_path_join(base_url, pattern), handler)
+        for pattern, handler in (
+            (r"/distrain/jobs/?", JobsHandler),
+            (job + "/?", JobHandler),
+            (job + "/logs", LogsHandler),
+            (job + "/metrics", MetricsHandler),
+        )
+    ]

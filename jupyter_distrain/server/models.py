@@ -1,0 +1,58 @@
+"""Plain JSON models of jobs for the REST API (as dask-labextension's cluster models)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..job import Job
+from ..store import ProcessRecord, aggregate_images_per_sec
+
+PROCESS_FIELDS = (
+    "role",
+    "index",
+    "rank",
+    "host",
+    "address",
+    "pid",
+    "state",
+    "exit_code",
+    "step",
+    "images_per_sec",
+    "loss",
+    "total_steps",
+    "heartbeat",
+    "started",
+    "ended",
+    "pooled",
+)
+
+
+def process_model(record: ProcessRecord) -> dict[str, Any]:
+    return {"id": str(record.id), **{name: getattr(record, name) for name in PROCESS_FIELDS}}
+
+
+def job_model(job: Job) -> dict[str, Any]:
+    """What the sidebar shows of one job, and what a scale or a stop answers."""
+    status = job.status()
+    spec = job.spec
+    processes = status.processes
+    up = sum(1 for p in processes if p.role in ("worker", "chief") and p.state == "running")
+    return {
+        "id": job.id,
+        "name": spec.name,
+        "state": status.state,
+        "backend": status.backend or spec.backend,
+        "launcher": status.launcher or spec.launcher,
+        "workers": status.workers or spec.workers,
+        "workers_up": up,
+        "ps": spec.ps,
+        "scaling_to": status.scaling_to,
+        "images_per_sec": aggregate_images_per_sec(processes),
+        "created": status.created,
+        "running_at": status.running_at,
+        "ended": status.ended,
+        "error": status.error,
+        "warnings": status.warnings,
+        "generation": status.generation,
+        "processes": [process_model(p) for p in processes],
+    }

@@ -1,0 +1,229 @@
+"""The server extension's REST API, in a real Jupyter server (pytest-jupyter), against
+jobs that really ran: every route, authentication, XSRF, and bad requests."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+import time
+import urllib.parse
+
+import psutil
+import pytest
+from tornado.httpclient import HTTPClientError
+
+from jupyter_distrain import api
+from jupyter_distrain.job import Job
+from jupyter_distrain.spec import JobSpec
+
+pytest_plugins = ["pytest_jupyter.jupyter_server"]
+
+REPORTING = """\
+import time
+from jupyter_distrain import report
+for step in range(1, 6):
+    print(f"line {step}", flush=True)
+    report(step=step, images=32, seconds=0.01, loss=1.0 / step)
+time.sleep(0.5)
+"""
+
+CHECKPOINTING = """\
+import sys, time
+from jupyter_distrain import CHECKPOINT_EXIT, should_checkpoint
+print("up", flush=True)
+for _ in range(600):
+    if should_checkpoint():
+        sys.exit(CHECKPOINT_EXIT)
+    time.sleep(0.1)
+"""
+
+
+@pytest.fixture
+def jp_server_config():
+    return {"ServerApp": {"jpserver_extensions": {"jupyter_distrain": True}}}
+
+
+def _json(response) -> dict:
+    return json.loads(response.body)
+
+
+async def _error(fetch, *parts, **kwargs) -> tuple[int, str]:
+    with pytest.raises(HTTPClientError) as failed:
+        await fetch(*parts, **kwargs)
+    body = failed.value.response.body if failed.value.response is not None else b""
+    message = json.loads(body).get("message", "") if body.startswith(b"{") else ""
+    return failed.value.code, message
+
+
+def _finished_job() -> Job:
+    job = api.submit(JobSpec(code=REPORTING, workers=2, backend="plain"))
+    assert job.wait(60) == "succeeded"
+    return job
+
+
+def _running_job(code: str = CHECKPOINTING) -> Job:
+    job = api.submit(JobSpec(code=code, workers=2, backend="plain", grace=2))
+    deadline = time.monotonic() + 60
+    while job.state != "running":
+        assert time.monotonic() < deadline and not job.done, job.status().error
+        time.sleep(0.1)
+    return job
+
+
+async def test_jobs_logs_and_metrics_of_a_job_that_ran(jp_fetch):
+    job = _finished_job()
+    listed = _json(await jp_fetch("distrain", "jobs"))["jobs"]
+    assert [j["id"] for j in listed] == [job.id]
+    model = _json(await jp_fetch("distrain", "jobs", job.id))
+    assert model["state"] == "succeeded" and model["workers"] == 2
+    assert model["backend"] == "plain" and model["launcher"] == "local"
+    assert [p["id"] for p in model["processes"]] == ["worker-0", "worker-1"]
+    assert all(p["exit_code"] == 0 and p["step"] == 5 for p in model["processes"])
+
+    logs = _json(await jp_fetch("distrain", "jobs", job.id, "logs", params={"tail": 2}))
+    assert logs["process"] == "worker-0" and logs["processes"] == ["worker-0", "worker-1"]
+    assert logs["lines"] == ["line 4", "line 5"]
+    # incremental: from an offset, then nothing new from the offset it answered
+    first = _json(
+        await jp_fetch(
+            "distrain", "jobs", job.id, "logs", params={"process": "worker-1", "offset": 0}
+        )
+    )
+    assert first["lines"] == [f"line {i}" for i in range(1, 6)]
+    again = await jp_fetch(
+        "distrain",
+        "jobs",
+        job.id,
+        "logs",
+        params={"process": "worker-1", "offset": first["offset"]},
+    )
+    assert _json(again)["lines"] == []
+
+    metrics = _json(await jp_fetch("distrain", "jobs", job.id, "metrics"))
+    steps = sorted((r["index"], r["step"]) for r in metrics["records"] if "step" in r)
+    assert steps == [(i, s) for i in (0, 1) for s in range(1, 6)]
+    later = await jp_fetch(
+        "distrain", "jobs", job.id, "metrics", params={"since": metrics["since"]}
+    )
+    assert _json(later)["records"] == []
+
+
+async def test_patch_scales_a_running_job_and_delete_stops_it(jp_fetch):
+    job = _running_job()
+    scaled = await jp_fetch(
+        "distrain", "jobs", job.id, method="PATCH", body=json.dumps({"workers": 3})
+    )
+    assert scaled.code == 200
+    deadline = time.monotonic() + 60
+    while not (job.status().generation == 1 and job.state == "running"):
+        assert time.monotonic() < deadline, job.status()
+        time.sleep(0.2)
+    model = _json(await jp_fetch("distrain", "jobs", job.id))
+    assert model["workers"] == 3 and model["workers_up"] == 3
+    pids = [p["pid"] for p in model["processes"]]
+
+    stopped = await jp_fetch("distrain", "jobs", job.id, method="DELETE")
+    assert stopped.code == 202
+    deadline = time.monotonic() + 30
+    while job.state != "stopped":
+        assert time.monotonic() < deadline
+        time.sleep(0.2)
+    assert not [p for p in pids if psutil.pid_exists(p)]
+    code, message = await _error(
+        jp_fetch, "distrain", "jobs", job.id, method="PATCH", body=json.dumps({"workers": 2})
+    )
+    assert code == 409 and "has ended" in message
+
+
+async def test_bad_requests_get_a_message(jp_fetch):
+    job = _finished_job()
+    assert await _error(jp_fetch, "distrain", "jobs", "no-such-job") == (
+        404,
+        "no job 'no-such-job'",
+    )
+    assert (await _error(jp_fetch, "distrain", "jobs", "..", "logs"))[0] == 404
+    for body, message in [
+        ("not json", "the body is not JSON"),
+        ('{"workers": "3"}', 'the body must be {"workers": N}'),
+        ('{"workers": 3, "x": 1}', 'the body must be {"workers": N}'),
+        ('{"workers": 0}', "workers must be >= 1, got 0"),
+        ("[3]", "the body must be a JSON object"),
+    ]:
+        code, said = await _error(jp_fetch, "distrain", "jobs", job.id, method="PATCH", body=body)
+        assert (code, said[: len(message)]) == (400, message)
+    logs = ("distrain", "jobs", job.id, "logs")
+    assert (await _error(jp_fetch, *logs, params={"tail": "x"}))[0] == 400
+    assert (await _error(jp_fetch, *logs, params={"tail": 0}))[0] == 400
+    assert (await _error(jp_fetch, *logs, params={"process": "nobody"}))[0] == 400
+    assert (await _error(jp_fetch, *logs, params={"process": "worker-7"}))[0] == 404
+    metrics = ("distrain", "jobs", job.id, "metrics")
+    assert (await _error(jp_fetch, *metrics, params={"since": -1}))[0] == 400
+
+
+async def test_every_route_needs_authentication(jp_fetch):
+    job = _finished_job()
+    routes = [
+        ("GET", ("distrain", "jobs")),
+        ("GET", ("distrain", "jobs", job.id)),
+        ("PATCH", ("distrain", "jobs", job.id)),
+        ("DELETE", ("distrain", "jobs", job.id)),
+        ("GET", ("distrain", "jobs", job.id, "logs")),
+        ("GET", ("distrain", "jobs", job.id, "metrics")),
+    ]
+    for method, parts in routes:
+        body = json.dumps({"workers": 3}) if method == "PATCH" else None
+        code, _ = await _error(
+            jp_fetch, *parts, method=method, body=body, headers={"Authorization": ""}
+        )
+        assert code == 403, (method, parts)
+    assert job.state == "succeeded" and job.spec.workers == 2  # nothing was changed
+
+
+async def test_a_browser_session_needs_the_xsrf_token_to_change_a_job(
+    jp_fetch, http_server_client, jp_base_url, jp_serverapp
+):
+    job = _running_job()
+    # log in as a browser does: the token once, then the session cookie
+    login = await http_server_client.fetch(
+        f"{jp_base_url}tree?token={jp_serverapp.identity_provider.token}",
+        follow_redirects=False,
+        raise_error=False,
+    )
+    cookies = [c.split(";", 1)[0] for c in login.headers.get_list("Set-Cookie")]
+    session = {"Cookie": "; ".join(cookies), "Authorization": ""}
+    listed = await jp_fetch("distrain", "jobs", headers=session)  # reading needs no token
+    assert job.id in {j["id"] for j in _json(listed)["jobs"]}
+    for method in ("PATCH", "DELETE"):
+        body = json.dumps({"workers": 3}) if method == "PATCH" else None
+        code, _ = await _error(
+            jp_fetch, "distrain", "jobs", job.id, method=method, body=body, headers=session
+        )
+        assert code == 403, method
+    assert job.state == "running" and job.status().generation == 0
+    # with the XSRF token the same session may stop it
+    xsrf = next(c for c in cookies if c.startswith("_xsrf="))
+    token = urllib.parse.unquote(xsrf.split("=", 1)[1])
+    stopped = await jp_fetch(
+        "distrain", "jobs", job.id, method="DELETE", headers={**session, "X-XSRFToken": token}
+    )
+    assert stopped.code == 202
+    deadline = time.monotonic() + 30
+    while job.state != "stopped":
+        assert time.monotonic() < deadline
+        time.sleep(0.2)
+
+
+def test_pip_install_enables_the_server_extension():
+    listed = subprocess.run(
+        [sys.executable, "-m", "jupyter", "server", "extension", "list"],
+        capture_output=True,
+        text=True,
+    )
+    text = re.sub(r"\x1b\[[0-9;]*m", "", listed.stdout + listed.stderr)
+    assert re.search(
+        r"jupyter_distrain enabled\s+- Validating jupyter_distrain\.\.\.\s+"
+        r"jupyter_distrain \S+ OK",
+        text,
+    ), text
