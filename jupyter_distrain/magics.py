@@ -187,6 +187,11 @@ class DistributedMagics(Magics):
     @argument("--remote-python", default="", help="ssh launcher: the interpreter on the hosts")
     @argument("--network-interface", default="", help="ssh launcher: the interface to use")
     @argument(
+        "--address",
+        default="",
+        help="ray launcher: the Ray cluster (host:port or ray://...; default a running one)",
+    )
+    @argument(
         "--background", action="store_true", help="return a Job handle at once instead of waiting"
     )
     @line_cell_magic
@@ -250,6 +255,7 @@ class DistributedMagics(Magics):
                 ssh_accept_new_hosts=args.ssh_accept_new_hosts,
                 remote_python=args.remote_python,
                 network_interface=args.network_interface,
+                ray_address=args.address,
             ).validate()
             self._warn_undefined(spec)
             for warning in elastic_warnings(spec.code):

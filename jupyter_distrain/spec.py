@@ -66,6 +66,7 @@ class JobSpec:
     ssh_accept_new_hosts: bool = False  # accept (and record) unknown host keys
     remote_python: str = ""  # the interpreter on the hosts ("" the same path as here)
     network_interface: str = ""  # force this interface on every host
+    ray_address: str = ""  # ray launcher: the cluster ("" a running one, else a local one)
     placement: list[dict[str, Any]] = field(default_factory=list)  # set by the launcher
 
     def validate(self) -> JobSpec:
@@ -104,6 +105,8 @@ class JobSpec:
             )
         if self.hosts and self.launcher == "local":
             raise SpecError("--hosts is for a multi-host launcher: add --launcher ssh")
+        if self.ray_address and self.launcher != "ray":
+            raise SpecError("--address is for the Ray launcher: add --launcher ray")
         if self.batch_size is not None and self.batch_size < 1:
             raise SpecError(f"--batch-size must be >= 1, got {self.batch_size!r}")
         _number("--timeout", self.timeout, "a number of seconds > 0", low=0, high=MAX_SECONDS)

@@ -121,6 +121,14 @@ class Launcher(ABC):
     def place(self, n: int) -> list[Slot]:
         """Choose where ``n`` processes run."""
 
+    @classmethod
+    def channel_host(cls, spec: JobSpec) -> str | None:
+        """The address the job's processes reach the supervisor's control and metrics
+        channels on, which then listen on TCP there only (signed with the job's secret);
+        None: Unix sockets in the job directory (every process runs on this machine,
+        or the launcher carries the sockets to its hosts itself)."""
+        return None
+
     def driver_address(self) -> str:
         """The address workers reach the supervisor's services on."""
         return "127.0.0.1"

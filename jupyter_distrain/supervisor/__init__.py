@@ -60,9 +60,10 @@ def supervise(job: JobDir) -> None:
     log.info("supervisor for %s on %s, pid %d", job.id, socket.gethostname(), os.getpid())
     spec = job.read_spec()
     job.keep_reserve()
-    warning = load_plugin(LAUNCHERS, spec.launcher).isolate()
+    launcher = load_plugin(LAUNCHERS, spec.launcher)
+    warning = launcher.isolate()
     inbox = Inbox()
-    channels = Channels(job, inbox)
+    channels = Channels(job, inbox, host=launcher.channel_host(spec))
     worker = WorkerCommand(
         [spec.python or sys.executable, "-m", "jupyter_distrain.worker"], channels.worker_env(spec)
     )

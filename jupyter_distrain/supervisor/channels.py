@@ -20,7 +20,9 @@ class Channels:
     """Serves the job's control requests and collects its metrics, posting both to the
     loop's inbox; requests that need an answer wait for the loop's."""
 
-    def __init__(self, job: JobDir, inbox: Inbox):
+    def __init__(self, job: JobDir, inbox: Inbox, host: str | None = None):
+        """``host``: listen on TCP on that address only (the launcher's
+        ``channel_host``, for processes on other machines); None: Unix sockets."""
         self.job = job
         self.inbox = inbox
         self.secret = secrets.token_hex(32)
@@ -30,16 +32,17 @@ class Channels:
         for path in (control_path, metrics_path):
             path.unlink(missing_ok=True)
         self.server = control.ControlServer(
-            self.secret, self.handle, f"unix:{control_path}"
+            self.secret, self.handle, f"tcp:{host}:0" if host else f"unix:{control_path}"
         ).start()
         self.collector = metrics.Collector(
             self.secret,
             job.metrics_file,
             lambda record: inbox.post(Metric(record)),
-            endpoint=f"ipc://{metrics_path}",
+            endpoint=f"tcp://{host}" if host else f"ipc://{metrics_path}",
             on_write_error=self._write_failed,
         ).start()
-        metrics_path.chmod(0o600)
+        if not host:
+            metrics_path.chmod(0o600)
         job.write_control(
             ControlInfo(
                 self.server.address, self.collector.address, self.secret, os.getpid(), os.getppid()

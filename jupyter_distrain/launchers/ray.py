@@ -1,0 +1,409 @@
+"""Ray launcher: the job's processes on the nodes of a Ray cluster, through Ray Core.
+
+At submit a pre-flight (:mod:`.ray_probe`, in a process of its own, cut off at
+``--timeout``) connects to ``--address`` (default: a running Ray if there is one,
+else the job starts a local one) and checks that the cluster's nodes could hold the
+job's slots at all; nothing starts otherwise.
+
+The supervisor is the Ray driver. Each generation asks for one placement group of
+one bundle per slot (``--cpu`` CPUs, ``--memory`` GiB), so all slots start or none;
+one that cannot be placed within ``--timeout`` is removed and the job fails naming
+what the cluster lacked. Each slot is a :class:`~.ray_node.SlotAgent` actor in its
+bundle: it reports its node's IP, receives the job's files through the object store
+into a private directory on its node, and runs its process there under the remote
+agent. The supervisor reads each process's output back into the job's log here
+(:class:`RayProcess`) and, at the end, brings back what the job produced (its
+result, checkpoints), then kills the actors and removes the placement group.
+
+The workers reach the supervisor's control and metrics channels over TCP, on the
+address this machine has towards the cluster only (:meth:`RayLauncher.channel_host`);
+both channels are signed with the job's secret and refuse replays.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import io
+import json
+import logging
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tarfile
+import threading
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+from ..cellcheck import uses_horovod_elastic
+from ..remote import CARRIED, COPIED
+from ..spec import JobSpec, SpecError
+from .base import LaunchedProcess, Launcher, ProcessSpec, Slot
+from .limits import thread_env
+from .ray_node import EXIT_LOST, SlotAgent
+
+log = logging.getLogger(__name__)
+
+GIB = 2**30
+PUMP_SECONDS = 0.25  # how often an idle process's output is polled
+CALL_SECONDS = 60.0  # the longest one call to an actor may take
+NAMESPACE = "jupyter_distrain"
+QUIET = {"RAY_USAGE_STATS_ENABLED": "0"}  # when this package starts a local Ray
+
+
+class PlacementError(RuntimeError):
+    """The cluster could not place the job's slots; the message names what it lacked."""
+
+
+# --- resources ----------------------------------------------------------------------
+def bundle_of(spec: JobSpec) -> dict[str, float]:
+    """What one slot asks Ray for."""
+    bundle = {"CPU": float(spec.cpu if spec.cpu is not None else 1.0)}
+    if spec.memory is not None:
+        bundle["memory"] = float(int(spec.memory * GIB))
+    return bundle
+
+
+def amount(key: str, value: float) -> str:
+    if key == "memory":
+        return f"{value / GIB:g} GiB memory"
+    return f"{value:g} {key}"
+
+
+def describe(bundle: dict[str, float]) -> str:
+    return " and ".join(amount(k, v) for k, v in bundle.items())
+
+
+def shortfall(bundle: dict[str, float], count: int, nodes: dict[str, dict[str, float]]) -> str:
+    """Why ``count`` bundles do not fit in ``nodes`` (IP -> resources); "" when they do."""
+    fits = sum(
+        min(int(res.get(key, 0.0) / need + 1e-9) for key, need in bundle.items())
+        for res in nodes.values()
+    )
+    if fits >= count:
+        return ""
+    reasons = []
+    for key, need in bundle.items():
+        have = [res.get(key, 0.0) for res in nodes.values()]
+        if max(have, default=0.0) + 1e-9 < need:
+            largest = amount(key, max(have, default=0.0))
+            reasons.append(f"no node has {amount(key, need)} (the largest has {largest})")
+        elif sum(int(h / need + 1e-9) for h in have) < count:
+            listed = " + ".join(amount(key, h) for h in have)
+            reasons.append(
+                f"{count} slots need {amount(key, need * count)}, the nodes have {listed}"
+            )
+    if not reasons:
+        reasons.append("no node has room for all of one slot's resources together")
+    return f"{count} slots of {describe(bundle)}: " + "; ".join(reasons)
+
+
+def route_source(host: str) -> str:
+    """This machine's address on the way to ``host`` (a UDP connect sends nothing)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
+        sock.connect((socket.gethostbyname(host), 9))
+        return sock.getsockname()[0]
+
+
+# --- the pre-flight -----------------------------------------------------------------
+def preflight(spec: JobSpec, processes: int) -> dict[str, Any]:
+    """Run :mod:`.ray_probe` (cut off at ``--timeout``); what the supervisor needs:
+    the cluster's address, and the address the cluster's nodes reach this machine on."""
+    where = spec.ray_address or "a running Ray"
+    argv = [spec.python or sys.executable, "-m", "jupyter_distrain.launchers.ray_probe"]
+    env = {**os.environ, **QUIET}
+    with subprocess.Popen(
+        [*argv, spec.ray_address],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=env,
+        start_new_session=True,
+    ) as probe:
+        try:
+            out, err = probe.communicate(timeout=spec.timeout)
+        except subprocess.TimeoutExpired:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(probe.pid, signal.SIGKILL)
+            probe.communicate()
+            raise SpecError(
+                f"--address: the Ray cluster at {where} did not answer within "
+                f"{spec.timeout:g} s (--timeout)"
+            ) from None
+    try:
+        found = json.loads(out.decode().strip().splitlines()[-1])
+    except (ValueError, IndexError):
+        said = err.decode(errors="replace").strip().splitlines()[-1:] or ["no answer"]
+        raise SpecError(f"--address: the Ray pre-flight failed: {said[0]}") from None
+    if "error" in found:
+        raise SpecError(f"--address: {found['error']}")
+    if not found["address"]:  # no running Ray: the supervisor starts a local one
+        return {"address": "", "driver": "127.0.0.1", "nodes": []}
+    nodes = {n["address"]: n["resources"] for n in found["nodes"]}
+    lacking = shortfall(bundle_of(spec), processes, nodes)
+    if lacking:
+        raise SpecError(f"--launcher ray: the cluster at {found['address']} cannot place {lacking}")
+    host = found["address"].rpartition(":")[0]
+    return {"address": found["address"], "driver": route_source(host), "nodes": sorted(nodes)}
+
+
+# --- the driver ---------------------------------------------------------------------
+def connect(address: str) -> None:
+    """Make this process a driver of the cluster at ``address`` ("": start a local Ray),
+    once. Ray installs signal handlers of its own: the supervisor's are kept."""
+    import ray
+
+    if ray.is_initialized():
+        return
+    kept = {sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)}
+    options: dict[str, Any] = {"log_to_driver": False, "namespace": NAMESPACE}
+    if not address:
+        for key, value in QUIET.items():
+            os.environ.setdefault(key, value)
+        options["include_dashboard"] = False
+    try:
+        ray.init(address=address or None, logging_level=logging.WARNING, **options)
+    finally:
+        if threading.current_thread() is threading.main_thread():
+            for sig, handler in kept.items():
+                signal.signal(sig, handler)
+
+
+class RayProcess(LaunchedProcess):
+    """One process run by a slot's actor. A thread copies its output into the log here
+    as it comes, and learns its memory and, last, its exit code."""
+
+    def __init__(self, actor: Any, host: str, log_path: Path, started: dict[str, Any]):
+        self.actor = actor
+        self.host = host
+        self.log_path = log_path
+        self.pid = started["pid"]
+        self.create_time = started["create_time"]
+        self.rss = 0
+        self._code: int | None = None
+        self._done = threading.Event()
+        threading.Thread(target=self._pump, name=f"ray-log-{self.pid}", daemon=True).start()
+
+    def _pump(self) -> None:
+        import ray
+
+        offset = 0
+        with open(self.log_path, "ab", buffering=0) as out:
+            while self._code is None:
+                try:
+                    report = ray.get(self.actor.pump.remote(offset), timeout=CALL_SECONDS)
+                except Exception as exc:  # the actor or its node is gone
+                    out.write(f"\njupyter_distrain: lost the Ray actor on {self.host}: ".encode())
+                    out.write(f"{type(exc).__name__}\n".encode())
+                    self._code = EXIT_LOST
+                    break
+                out.write(report["data"])
+                offset += len(report["data"])
+                self.rss = report["rss"]
+                self._code = report["exit"]
+                if self._code is None and not report["data"]:
+                    time.sleep(PUMP_SECONDS)
+        self._done.set()
+
+    def wait(self) -> int:
+        self._done.wait()
+        assert self._code is not None
+        return self._code
+
+    def poll(self) -> int | None:
+        return self._code if self._done.is_set() else None
+
+    def signal(self, sig: int, tree: bool = False) -> None:
+        self.actor.signal.remote(int(sig), tree)
+
+    def memory_bytes(self) -> int:
+        return self.rss
+
+
+@dataclasses.dataclass
+class SlotActor:
+    """A slot's actor and where it landed."""
+
+    handle: Any
+    address: str
+    iface: str
+
+
+class RayLauncher(Launcher):
+    """Places every slot of a generation in one placement group (see the module docstring)."""
+
+    name = "ray"
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        cluster = self.spec.placement[0] if self.spec.placement else {}
+        self.address: str = cluster.get("address", self.spec.ray_address)
+        self.driver: str = cluster.get("driver", "127.0.0.1")
+        self.group: Any = None
+        self.actors: list[SlotActor] = []
+
+    # --- at submit -------------------------------------------------------------------
+    @classmethod
+    def check_capacity(cls, spec: JobSpec, processes: int) -> JobSpec:
+        if spec.controller == "mpi":
+            raise SpecError("--controller mpi is not supported by --launcher ray: use gloo")
+        if spec.gpus:
+            raise SpecError("--gpus is not supported by --launcher ray yet")
+        if spec.backend == "horovod" and uses_horovod_elastic(spec.code):
+            raise SpecError("Horovod elastic is not supported by --launcher ray yet")
+        if spec.hosts:
+            raise SpecError("--hosts is for --launcher ssh; Ray places the slots itself")
+        return dataclasses.replace(spec, placement=[preflight(spec, processes)])
+
+    @classmethod
+    def notes(cls, spec: JobSpec) -> list[str]:
+        cluster = spec.placement[0] if spec.placement else {}
+        if not cluster.get("address"):
+            return ["Ray: no running cluster found; the job starts a local one"]
+        nodes = ", ".join(cluster.get("nodes", []))
+        slot = describe(bundle_of(spec))
+        return [f"Ray cluster at {cluster['address']}: nodes {nodes}; slots of {slot}"]
+
+    @classmethod
+    def isolate(cls) -> str | None:
+        return "the ray launcher runs the job on the Ray cluster's nodes"
+
+    @classmethod
+    def channel_host(cls, spec: JobSpec) -> str | None:
+        cluster = spec.placement[0] if spec.placement else {}
+        return cluster.get("driver", "127.0.0.1")
+
+    # --- placing ---------------------------------------------------------------------
+    def place(self, n: int) -> list[Slot]:
+        import ray
+        from ray.util.placement_group import placement_group
+        from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+        connect(self.address)
+        bundle = bundle_of(self.spec)
+        started = time.monotonic()
+        self.group = placement_group(
+            [dict(bundle) for _ in range(n)],
+            strategy="PACK",
+            name=f"jupyter_distrain-{self.job.id}",
+        )
+        ready, _ = ray.wait([self.group.ready()], timeout=self.spec.timeout)
+        if not ready:
+            free = {key: ray.available_resources().get(key, 0.0) for key in bundle}
+            self._remove_group()
+            needed = ", ".join(amount(k, v * n) for k, v in bundle.items())
+            have = ", ".join(amount(k, v) for k, v in free.items())
+            raise PlacementError(
+                f"the Ray cluster could not place {n} slots of {describe(bundle)} within "
+                f"{self.spec.timeout:g} s (--timeout): they need {needed}; free now: {have}"
+            )
+        log.info("placement group of %d slots ready in %.1f s", n, time.monotonic() - started)
+        agent = ray.remote(SlotAgent)
+        memory = bundle.get("memory")
+        handles = [
+            agent.options(
+                num_cpus=bundle["CPU"],
+                memory=memory,
+                max_restarts=0,
+                scheduling_strategy=PlacementGroupSchedulingStrategy(self.group, i),
+            ).remote(self.job.id, i)
+            for i in range(n)
+        ]
+        self.actors = [SlotActor(h, "", "") for h in handles]  # close() kills them, whatever
+        infos = ray.get([h.describe.remote() for h in handles], timeout=self.spec.timeout)
+        files = ray.put(self._files())
+        ray.get([h.unpack.remote(files) for h in handles], timeout=CALL_SECONDS)
+        for actor, info in zip(self.actors, infos, strict=True):
+            actor.address, actor.iface = info["address"], info["iface"]
+        seen: Counter[str] = Counter()
+        slots = []
+        for index, actor in enumerate(self.actors):
+            slots.append(
+                Slot(actor.address, actor.address, index, seen[actor.address], actor.iface)
+            )
+            seen[actor.address] += 1
+        log.info("slots on %s in %.1f s", dict(seen), time.monotonic() - started)
+        return slots
+
+    def _files(self) -> bytes:
+        """A tar of the job's files a worker needs (and what a restart carries)."""
+        buffer = io.BytesIO()
+        with tarfile.open(fileobj=buffer, mode="w") as tar:
+            for entry in (*COPIED, *CARRIED):
+                if (self.job.path / entry).exists():
+                    tar.add(self.job.path / entry, entry)
+        return buffer.getvalue()
+
+    def driver_address(self) -> str:
+        return self.driver
+
+    def reserve_ports(self, slots: list[Slot]) -> list[int]:
+        import ray
+
+        wanted = Counter(slot.address for slot in slots)
+        asked = {
+            address: self._actor_on(address).handle.free_ports.remote(address, count)
+            for address, count in wanted.items()
+        }
+        free = {address: ray.get(ref, timeout=CALL_SECONDS) for address, ref in asked.items()}
+        return [free[slot.address].pop(0) for slot in slots]
+
+    def _actor_on(self, address: str) -> SlotActor:
+        return next(a for a in self.actors if a.address == address)
+
+    # --- processes -------------------------------------------------------------------
+    def start(self, proc: ProcessSpec, log_path: Path) -> LaunchedProcess:
+        import ray
+
+        assert proc.slot is not None, "every process of a ray job has a slot"
+        actor = self.actors[proc.slot.index]
+        env = {**thread_env(self.spec.cpu), **self.spec.env, **proc.env}
+        python = self.spec.python or sys.executable
+        started = ray.get(
+            actor.handle.start.remote({"argv": proc.argv, "env": env}, str(proc.id), python),
+            timeout=CALL_SECONDS,
+        )
+        return RayProcess(actor.handle, actor.address, log_path, started)
+
+    def adopt(self, pid: int, host: str) -> LaunchedProcess | None:
+        return None  # every process of a ray job is started by this launcher
+
+    def sweep(self) -> None:
+        import ray
+
+        calls = [a.handle.hang_up.remote() for a in self.actors]
+        with contextlib.suppress(Exception):
+            ray.get(calls, timeout=CALL_SECONDS)
+
+    def close(self) -> None:
+        """Bring back what the job produced, then kill the actors, remove the group."""
+        import ray
+
+        calls = [a.handle.finish.remote() for a in self.actors]
+        results = []
+        for index, call in enumerate(calls):
+            try:
+                results.append(ray.get(call, timeout=CALL_SECONDS))
+            except Exception as exc:
+                log.warning("cannot bring back slot %d's files: %s", index, exc)
+                results.append(b"")
+        for data in reversed(results):  # slot 0 (rank 0) last: its files win
+            if data:
+                with tarfile.open(fileobj=io.BytesIO(data)) as tar:
+                    tar.extractall(self.job.path, filter="data")
+        for actor in self.actors:
+            with contextlib.suppress(Exception):
+                ray.kill(actor.handle, no_restart=True)
+        self.actors = []
+        self._remove_group()
+
+    def _remove_group(self) -> None:
+        from ray.util.placement_group import remove_placement_group
+
+        if self.group is not None:
+            with contextlib.suppress(Exception):
+                remove_placement_group(self.group)
+            self.group = None

@@ -1,0 +1,88 @@
+"""The Ray launcher's pre-flight, run at submit in a process of its own (so the notebook's
+kernel never becomes a Ray driver, and a cluster that does not answer is cut off at
+``--timeout`` with nothing left running):
+``python -m jupyter_distrain.launchers.ray_probe ADDRESS``.
+
+Prints one JSON line: ``{"address": the GCS address connected to ("" when there is
+no running Ray and the job will start a local one), "nodes": [{"address",
+"resources"}, ...]}`` (alive nodes and their total resources), or
+``{"error": "..."}``.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import socket
+import sys
+from typing import Any
+
+QUIET = {"RAY_USAGE_STATS_ENABLED": "0"}  # a pre-flight is not usage
+CONNECT_SECONDS = 5.0
+
+
+def split_address(address: str) -> tuple[str, int] | None:
+    """(host, port) of a ``host:port`` GCS address; None for other forms."""
+    host, sep, port = address.rpartition(":")
+    if not sep or not host or not port.isdigit() or "/" in host:
+        return None
+    return host.strip("[]"), int(port)
+
+
+def answers(address: str) -> str | None:
+    """Why nothing answers at a ``host:port`` address, or None when something does."""
+    parts = split_address(address)
+    if parts is None:
+        return None  # ray://, "auto": Ray itself says
+    try:
+        with socket.create_connection(parts, CONNECT_SECONDS):
+            return None
+    except OSError as exc:
+        return exc.strerror or str(exc) or type(exc).__name__
+
+
+def probe(address: str) -> dict[str, Any]:
+    """What the launcher needs to know about the cluster at ``address``."""
+    if address:
+        why = answers(address)
+        if why:
+            return {"error": f"no Ray cluster answers at {address} ({why})"}
+    import ray
+
+    for key, value in QUIET.items():
+        os.environ.setdefault(key, value)
+    try:
+        ray.init(
+            address=address or "auto",
+            log_to_driver=False,
+            logging_level=logging.ERROR,
+            configure_logging=False,
+        )
+    except ConnectionError as exc:
+        if not address:
+            return {"address": "", "nodes": []}
+        return {"error": f"cannot connect to the Ray cluster at {address}: {exc}"}
+    except Exception as exc:  # Ray's own refusals (versions, raylets): say what it said
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        return {"error": f"cannot connect to the Ray cluster at {address or 'auto'}: {first}"}
+    try:
+        nodes = [
+            {"address": n["NodeManagerAddress"], "resources": n["Resources"]}
+            for n in ray.nodes()
+            if n.get("Alive")
+        ]
+        gcs = ray.get_runtime_context().gcs_address
+    finally:
+        ray.shutdown()
+    return {"address": gcs, "nodes": nodes}
+
+
+def main(argv: list[str]) -> int:
+    address = argv[0] if argv else ""
+    print(json.dumps(probe(address)), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
