@@ -1,9 +1,11 @@
 """Launchers side by side: the same 2-worker Horovod Keras job through
 ``horovodrun --gloo -H`` over two ssh hosts, and through ``%%distributed`` on the local
-launcher and the ssh launcher (over the same hosts).
+launcher, the ssh launcher (over the same hosts) and the Ray launcher (a two-node Ray
+cluster, one CPU per node, so the two slots land on both).
 
-The hosts are the test suite's (tests/multihost.py): network namespaces on this machine
-behind a bridge, each running Debian's sshd on port 2222 (root needed). Each round runs
+The hosts are the test suite's (tests/multihost.py, tests/raycluster.py): network
+namespaces on this machine behind a bridge, each running Debian's sshd on port 2222, or
+a Ray node (root needed). Each round runs
 every launcher once, the order rotating; rank 0 prints the wall-clock time of its first
 finished step and its steps/sec after a warm-up (launch_overhead.py's script). Reported:
 medians, and the mean of per-round ratios against horovodrun with a 95% confidence
@@ -29,6 +31,7 @@ sys.path[:0] = [str(HERE), str(HERE.parent / "tests")]
 
 from launch_overhead import SCRIPT, mean_with_interval, parse, run_distributed  # noqa: E402
 from multihost import SSH_PORT, SshCluster, ssh_cluster  # noqa: E402
+from raycluster import ray_cluster  # noqa: E402
 
 INTERFACE = "jdeth0"  # the hosts' interface; the bridge gets the same name for horovodrun
 
@@ -67,8 +70,11 @@ def main() -> int:
         script.write_text(code)
         shell = InteractiveShell.instance()
         shell.extension_manager.load_extension("jupyter_distrain")
-        with ssh_cluster(Path(tmp) / "hosts", bridge=INTERFACE) as cluster:
-            flags = {"local": "", "ssh": cluster.flags()}
+        with (
+            ssh_cluster(Path(tmp) / "hosts", bridge=INTERFACE) as cluster,
+            ray_cluster(Path(tmp) / "ray") as ray,
+        ):
+            flags = {"local": "", "ssh": cluster.flags(), "ray": ray.flags()}
             columns = ["horovodrun", *flags]
             results: dict[str, list[tuple[float, float]]] = {name: [] for name in columns}
             for i in range(args.rounds):
