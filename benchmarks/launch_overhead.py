@@ -28,6 +28,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 SCRIPT = """\
 import time
@@ -206,12 +207,17 @@ def main() -> int:
                 f"{low:.3f}-{high:.3f}, {len(ratios)} rounds; median "
                 f"{statistics.median(ratios):.3f})"
             )
+    save_rounds("launch_overhead", args, results)
+    return 0
+
+
+def save_rounds(name: str, args: argparse.Namespace, rounds: dict[str, Any]) -> None:
+    """The raw per-round figures, in ``benchmarks/results/NAME-<time>.json``."""
     out = Path(__file__).with_name("results")
     out.mkdir(exist_ok=True)
-    path = out / f"launch_overhead-{time.strftime('%Y%m%d-%H%M%S')}.json"
-    path.write_text(json.dumps({"args": vars(args), "rounds": results}, indent=1))
+    path = out / f"{name}-{time.strftime('%Y%m%d-%H%M%S')}.json"
+    path.write_text(json.dumps({"args": vars(args), "rounds": rounds}, indent=1))
     print(f"raw figures: {path}")
-    return 0
 
 
 if __name__ == "__main__":

@@ -17,7 +17,6 @@ interval. Raw figures go to ``benchmarks/results/``.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import statistics
 import subprocess
@@ -29,7 +28,13 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path[:0] = [str(HERE), str(HERE.parent / "tests")]
 
-from launch_overhead import SCRIPT, mean_with_interval, parse, run_distributed  # noqa: E402
+from launch_overhead import (  # noqa: E402
+    SCRIPT,
+    mean_with_interval,
+    parse,
+    run_distributed,
+    save_rounds,
+)
 from multihost import SSH_PORT, SshCluster, ssh_cluster  # noqa: E402
 from raycluster import ray_cluster  # noqa: E402
 
@@ -101,11 +106,7 @@ def main() -> int:
         for label, column in (("time to first step", 0), ("steps/sec", 1)):
             mean, low, high = mean_with_interval([d[column] / h[column] for d, h in pairs])
             print(f"{name}/horovodrun {label}: {mean:.3f} (95% CI {low:.3f}-{high:.3f})")
-    out = HERE / "results"
-    out.mkdir(exist_ok=True)
-    path = out / f"launchers-{time.strftime('%Y%m%d-%H%M%S')}.json"
-    path.write_text(json.dumps({"args": vars(args), "rounds": results}, indent=1))
-    print(f"raw figures: {path}")
+    save_rounds("launchers", args, results)
     return 0
 
 
