@@ -94,7 +94,11 @@ def ssh_masters() -> list[psutil.Process]:
 
 def orted_daemons() -> list[psutil.Process]:
     """OpenMPI's daemons (mpirun starts them on the hosts; a local mpirun needs none)."""
-    return [p for p in psutil.process_iter(["name"]) if p.info["name"] == "orted"]
+    return [
+        p
+        for p in psutil.process_iter(["name", "status"])
+        if p.info["name"] == "orted" and p.info["status"] != psutil.STATUS_ZOMBIE
+    ]
 
 
 def wait_until_gone(job_id: str, seconds: float) -> list[psutil.Process]:
