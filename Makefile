@@ -24,7 +24,7 @@ TF_PACKAGES.current := tensorflow-cpu==2.20.0 tf-keras==2.20.1
 HOROVOD.pinned      := $(STAMPS)/horovod
 PYTEST_ARGS.current := -m "not horovod"
 
-.PHONY: setup demo test lint clean
+.PHONY: setup demo test test-ui lint clean
 
 setup: $(STAMPS)/package
 
@@ -80,9 +80,49 @@ ifeq ($(TF),pinned)
 	$(MAKE) --no-print-directory setup VENV=$(CURRENT_VENV) TF=current
 	$(CURRENT_VENV)/bin/pytest $(PYTEST_ARGS.current)
 endif
+	@echo "== the JupyterLab extension: Jest, then Galata in a real JupyterLab (Chromium) =="
+	$(MAKE) --no-print-directory test-ui
+
+# --- the JupyterLab extension (labextension/) and its tests --------------------------------
+LABEXT     := labextension
+UI_TESTS   := $(LABEXT)/ui-tests
+LABEXT_SRC := $(LABEXT)/package.json $(LABEXT)/yarn.lock \
+              $(wildcard $(LABEXT)/src/*.ts $(LABEXT)/style/* $(LABEXT)/schema/*)
+# jlpm: JupyterLab's own yarn (no npm needed); the venv first on PATH for `jupyter labextension`
+JLPM        = PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(CURDIR)/$(VENV)/bin/jlpm
+NODE_OK    := node -e 'process.exit(parseInt(process.versions.node) < 18 ? 1 : 0)'
+
+# Node >= 18 builds the extension (Debian 12's own nodejs is 18; a newer one is kept)
+$(STAMPS)/node: $(STAMPS)/system
+	@$(NODE_OK) 2>/dev/null || { $(SUDO) apt-get update -q && DEBIAN_FRONTEND=noninteractive \
+	  $(SUDO) apt-get install -y -q --no-install-recommends nodejs; }
+	@$(NODE_OK) || { echo "labextension/ needs Node.js >= 18, found $$(node --version)" >&2; exit 1; }
+	@touch $@
+
+# Debian's Chromium runs the UI tests (never a browser downloaded by Playwright)
+$(STAMPS)/chromium: $(STAMPS)/system
+	@[ -x /usr/bin/chromium ] || { $(SUDO) apt-get update -q && DEBIAN_FRONTEND=noninteractive \
+	  $(SUDO) apt-get install -y -q --no-install-recommends chromium fonts-dejavu-core; }
+	@touch $@
+
+# `pip install -e .` builds the extension when there is no build (hatch-jupyter-builder);
+# here it is rebuilt when a source changed, and the venv's copy linked to this build
+$(STAMPS)/labextension: $(STAMPS)/package $(STAMPS)/node $(LABEXT_SRC)
+	cd $(LABEXT) && $(JLPM) install && $(JLPM) build:prod
+	$(VENV)/bin/jupyter labextension develop --overwrite .
+	@touch $@
+
+$(STAMPS)/ui-tests: $(STAMPS)/node $(UI_TESTS)/package.json $(UI_TESTS)/yarn.lock
+	cd $(UI_TESTS) && $(JLPM) install
+	@touch $@
+
+test-ui: $(STAMPS)/labextension $(STAMPS)/ui-tests $(STAMPS)/chromium
+	cd $(LABEXT) && $(JLPM) prettier:check && $(JLPM) test
+	cd $(UI_TESTS) && $(JLPM) playwright test
 
 lint: setup
 	$(VENV)/bin/ruff check jupyter_distrain tests benchmarks notebooks
 
 clean:
 	rm -rf $(VENV) $(CURRENT_VENV)
+	rm -rf $(LABEXT)/node_modules $(LABEXT)/lib $(UI_TESTS)/node_modules jupyter_distrain/labextension

@@ -88,3 +88,9 @@ def load_ipython_extension(ipython: Any) -> None:
 def _jupyter_server_extension_points() -> list[dict[str, str]]:
     """The Jupyter server extension (the REST API under ``/distrain/``)."""
     return [{"module": "jupyter_distrain.server"}]
+
+
+def _jupyter_labextension_paths() -> list[dict[str, str]]:
+    """The prebuilt JupyterLab extension (``labextension/``, built into ``labextension``
+    here); ``jupyter labextension develop --overwrite .`` links it for development."""
+    return [{"src": "labextension", "dest": "jupyter-distrain-labextension"}]

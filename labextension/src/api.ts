@@ -1,0 +1,101 @@
+/** The server extension's REST API under `<base_url>/distrain/` (jupyter_distrain/server). */
+
+import { URLExt } from '@jupyterlab/coreutils';
+import { ServerConnection } from '@jupyterlab/services';
+
+export interface IProcess {
+  id: string;
+  role: string;
+  index: number;
+  state: string;
+  pid: number | null;
+  step: number | null;
+  images_per_sec: number | null;
+}
+
+export interface IJob {
+  id: string;
+  name: string;
+  state: string;
+  backend: string;
+  launcher: string;
+  workers: number;
+  workers_up: number;
+  ps: number;
+  scaling_to: number | null;
+  images_per_sec: number;
+  created: number | null;
+  ended: number | null;
+  error: string | null;
+  processes: IProcess[];
+}
+
+export interface ILogs {
+  process: string;
+  processes: string[];
+  lines: string[];
+  offset: number;
+}
+
+export interface IMetricRecord {
+  role?: string;
+  index?: number;
+  time?: number;
+  images_per_sec?: number;
+  [key: string]: unknown;
+}
+
+export interface IMetrics {
+  records: IMetricRecord[];
+  since: number;
+}
+
+export const FINAL_STATES = ['succeeded', 'exited', 'stopped', 'killed', 'failed'];
+
+/** A request to the API; a failure is an Error with the server's one-line message. */
+export async function requestAPI<T>(
+  path: string,
+  init: RequestInit = {},
+  query: Record<string, string | number> = {}
+): Promise<T> {
+  const settings = ServerConnection.makeSettings();
+  const search = Object.entries(query)
+    .map(([k, v]) => `${encodeURIComponent(k)}=${encodeURIComponent(String(v))}`)
+    .join('&');
+  const url = URLExt.join(settings.baseUrl, 'distrain', path) + (search ? `?${search}` : '');
+  let response: Response;
+  try {
+    response = await ServerConnection.makeRequest(url, init, settings);
+  } catch (error) {
+    throw new ServerConnection.NetworkError(error as TypeError);
+  }
+  const text = await response.text();
+  let data: any = null;
+  try {
+    data = text ? JSON.parse(text) : null;
+  } catch {
+    data = null;
+  }
+  if (!response.ok) {
+    const message = data?.message || `${response.status} ${response.statusText}`;
+    throw new Error(String(message).split('\n')[0]);
+  }
+  return data as T;
+}
+
+export const listJobs = () => requestAPI<{ jobs: IJob[] }>('jobs').then(r => r.jobs);
+
+export const scaleJob = (id: string, workers: number) =>
+  requestAPI<IJob>(`jobs/${encodeURIComponent(id)}`, {
+    method: 'PATCH',
+    body: JSON.stringify({ workers })
+  });
+
+export const stopJob = (id: string) =>
+  requestAPI<IJob>(`jobs/${encodeURIComponent(id)}`, { method: 'DELETE' });
+
+export const getLogs = (id: string, query: Record<string, string | number>) =>
+  requestAPI<ILogs>(`jobs/${encodeURIComponent(id)}/logs`, {}, query);
+
+export const getMetrics = (id: string, since: number) =>
+  requestAPI<IMetrics>(`jobs/${encodeURIComponent(id)}/metrics`, {}, { since });

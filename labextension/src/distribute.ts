@@ -1,0 +1,177 @@
+/**
+ * "Distribute cell...": a form for the `%%distributed` flags that writes (or updates)
+ * the first line of the active code cell. An existing line fills the form; a value the
+ * magic would refuse is refused here with the magic's message.
+ */
+
+import { Dialog, showDialog } from '@jupyterlab/apputils';
+import { Cell } from '@jupyterlab/cells';
+import { Widget } from '@lumino/widgets';
+
+import {
+  emptyLine,
+  formatLine,
+  hasMagic,
+  IMagicLine,
+  lineError,
+  parseLine,
+  withMagicLine
+} from './magicline';
+
+interface IField {
+  flag: string;
+  label: string;
+  kind: 'text' | 'number' | 'select' | 'check' | 'lines';
+  options?: string[];
+  placeholder?: string;
+}
+
+const FIELDS: IField[] = [
+  {
+    flag: 'backend',
+    label: 'Backend',
+    kind: 'select',
+    options: ['auto', 'horovod', 'tf', 'ps', 'plain']
+  },
+  { flag: 'workers', label: 'Workers', kind: 'number', placeholder: '1' },
+  { flag: 'ps', label: 'Parameter servers', kind: 'number', placeholder: '0' },
+  { flag: 'launcher', label: 'Launcher', kind: 'select', options: ['local', 'ssh', 'ray'] },
+  { flag: 'controller', label: 'Horovod controller', kind: 'select', options: ['gloo', 'mpi'] },
+  { flag: 'hosts', label: 'Hosts', kind: 'text', placeholder: 'host:slots,host:slots' },
+  { flag: 'cpu', label: 'CPU cores per worker', kind: 'text', placeholder: 'any' },
+  { flag: 'memory', label: 'Memory per worker (GiB)', kind: 'text', placeholder: 'any' },
+  { flag: 'gpus', label: 'GPUs per worker', kind: 'number', placeholder: '0' },
+  { flag: 'name', label: 'Name', kind: 'text', placeholder: 'job' },
+  { flag: 'timeout', label: 'Start timeout (s)', kind: 'text', placeholder: '120' },
+  { flag: 'env', label: 'Environment (KEY=VALUE, one a line)', kind: 'lines' },
+  { flag: 'push', label: 'Push variables', kind: 'text', placeholder: 'a,b' },
+  { flag: 'out', label: 'Result variable', kind: 'text', placeholder: 'history' },
+  { flag: 'keras', label: 'Keras', kind: 'select', options: ['auto', 'legacy', 'native'] },
+  { flag: 'background', label: 'Run in the background', kind: 'check' },
+  { flag: 'no-pool', label: 'Start cold (no warm pool)', kind: 'check' }
+];
+
+type Input = HTMLInputElement | HTMLSelectElement | HTMLTextAreaElement;
+
+/** The form's body: one input per field; the flags it has no field for are kept. */
+export class DistributeForm extends Widget {
+  constructor(
+    private _initial: IMagicLine,
+    error: string | null = null
+  ) {
+    super();
+    this.addClass('jp-distrain-form');
+    const grid = document.createElement('div');
+    grid.className = 'jp-distrain-form-grid';
+    for (const field of FIELDS) {
+      const input = this._input(field, _initial.values[field.flag]);
+      input.name = field.flag;
+      input.addEventListener('input', () => this._check());
+      input.addEventListener('change', () => this._check());
+      const label = document.createElement('label');
+      label.textContent = field.label;
+      label.className = `jp-distrain-form-label jp-distrain-field-${field.kind}`;
+      label.appendChild(input);
+      grid.appendChild(label);
+      this._inputs.set(field.flag, input);
+    }
+    this._error.className = 'jp-distrain-form-error';
+    this._preview.className = 'jp-distrain-form-preview';
+    this.node.append(grid, this._preview, this._error);
+    this._check();
+    if (error) {
+      this._error.textContent = error;
+    }
+  }
+
+  /** The line the form gives: its fields over the initial line's other flags. */
+  getValue(): IMagicLine {
+    const line: IMagicLine = {
+      values: { ...this._initial.values },
+      extra: [...this._initial.extra]
+    };
+    for (const field of FIELDS) {
+      const input = this._inputs.get(field.flag)!;
+      if (field.kind === 'check') {
+        line.values[field.flag] = (input as HTMLInputElement).checked;
+      } else if (field.kind === 'lines') {
+        line.values[field.flag] = input.value
+          .split('\n')
+          .map(l => l.trim())
+          .filter(l => l);
+      } else {
+        line.values[field.flag] = input.value.trim();
+      }
+    }
+    // as written and read back: a value with a space is what the magic would get
+    return parseLine(formatLine(line));
+  }
+
+  private _check(): void {
+    const line = this.getValue();
+    this._preview.textContent = formatLine(line);
+    this._error.textContent = lineError(line) ?? '';
+  }
+
+  private _input(field: IField, value: string | boolean | string[] | undefined): Input {
+    if (field.kind === 'select') {
+      const select = document.createElement('select');
+      const options = [...field.options!];
+      if (typeof value === 'string' && value && !options.includes(value)) {
+        options.push(value);
+      }
+      options.forEach(o => select.appendChild(new Option(o, o)));
+      select.value = typeof value === 'string' && value ? value : field.options![0];
+      return select;
+    }
+    if (field.kind === 'lines') {
+      const area = document.createElement('textarea');
+      area.rows = 2;
+      area.value = Array.isArray(value) ? value.join('\n') : '';
+      return area;
+    }
+    const input = document.createElement('input');
+    if (field.kind === 'check') {
+      input.type = 'checkbox';
+      input.checked = value === true;
+      return input;
+    }
+    input.type = 'text';
+    input.inputMode = field.kind === 'number' ? 'numeric' : 'text';
+    input.placeholder = field.placeholder ?? '';
+    input.value = typeof value === 'string' ? value : '';
+    return input;
+  }
+
+  private _error = document.createElement('div');
+  private _inputs = new Map<string, Input>();
+  private _preview = document.createElement('code');
+}
+
+/**
+ * Ask for the flags of `cell` (a code cell) and write its `%%distributed` line; asked
+ * again, with the message, while the magic would refuse them. Resolves whether written.
+ */
+export async function distributeCell(cell: Cell): Promise<boolean> {
+  const source = cell.model.sharedModel.getSource();
+  let line = hasMagic(source) ? parseLine(source.split('\n', 1)[0]) : emptyLine();
+  let error: string | null = null;
+  for (;;) {
+    const answer = await showDialog({
+      title: 'Distribute cell',
+      body: new DistributeForm(line, error),
+      buttons: [Dialog.cancelButton(), Dialog.okButton({ label: 'Write %%distributed' })],
+      focusNodeSelector: 'input[name="workers"]'
+    });
+    if (!answer.button.accept || !answer.value) {
+      return false;
+    }
+    line = answer.value;
+    error = lineError(line);
+    if (error === null) {
+      const current = cell.model.sharedModel.getSource();
+      cell.model.sharedModel.setSource(withMagicLine(current, formatLine(line)));
+      return true;
+    }
+  }
+}

@@ -1,0 +1,102 @@
+/**
+ * jupyter_distrain in JupyterLab: the "Distributed jobs" sidebar, its status bar item,
+ * the job logs panel and the "Distribute cell..." command.
+ */
+
+import { ILayoutRestorer, JupyterFrontEnd, JupyterFrontEndPlugin } from '@jupyterlab/application';
+import { ICommandPalette } from '@jupyterlab/apputils';
+import { CodeCell } from '@jupyterlab/cells';
+import { INotebookTracker } from '@jupyterlab/notebook';
+import { IStatusBar } from '@jupyterlab/statusbar';
+import { LabIcon } from '@jupyterlab/ui-components';
+
+import { attach, scale, stop } from './actions';
+import { distributeCell } from './distribute';
+import { logsPanel } from './logs';
+import { trackJobs } from './reattach';
+import { JobsModel } from './model';
+import { JobsSidebar } from './sidebar';
+import { JobsStatus } from './statusbar';
+
+const SIDEBAR_ID = 'jp-distrain-sidebar';
+const DISTRIBUTE_COMMAND = 'jupyter-distrain:distribute-cell';
+
+const icon = new LabIcon({
+  name: 'jupyter-distrain:jobs',
+  svgstr:
+    '<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 24 24"><g class="jp-icon3" fill="#616161">' +
+    '<circle cx="12" cy="5" r="3"/><circle cx="5" cy="18" r="3"/><circle cx="19" cy="18" r="3"/>' +
+    '<path d="M11 8h2v3l5 4-1 1.6-5-4-5 4L6 15l5-4z"/></g></svg>'
+});
+
+const plugin: JupyterFrontEndPlugin<void> = {
+  id: 'jupyter-distrain-labextension:plugin',
+  description: 'Distributed jobs: a sidebar, a status bar item and a Distribute cell... form',
+  autoStart: true,
+  requires: [INotebookTracker],
+  optional: [ICommandPalette, ILayoutRestorer, IStatusBar],
+  activate: (
+    app: JupyterFrontEnd,
+    tracker: INotebookTracker,
+    palette: ICommandPalette | null,
+    restorer: ILayoutRestorer | null,
+    statusBar: IStatusBar | null
+  ) => {
+    const model = new JobsModel();
+    const after = (done: Promise<boolean>) =>
+      void done.then(changed => (changed ? model.refresh() : undefined));
+    const sidebar = new JobsSidebar(model, {
+      scale: job => after(scale(job)),
+      stop: job => after(stop(job)),
+      attach: job => void attach(job, tracker),
+      logs: job => {
+        const id = `jp-distrain-logs-${job.id}`;
+        const open = [...app.shell.widgets('main')].find(w => w.id === id);
+        if (!open) {
+          app.shell.add(logsPanel(job.id), 'main');
+        }
+        app.shell.activateById(id);
+      }
+    });
+    sidebar.id = SIDEBAR_ID;
+    sidebar.title.icon = icon;
+    sidebar.title.caption = 'Distributed jobs';
+    app.shell.add(sidebar, 'left', { rank: 200 });
+    restorer?.add(sidebar, SIDEBAR_ID);
+
+    if (statusBar) {
+      statusBar.registerStatusItem('jupyter-distrain:status', {
+        item: new JobsStatus(model, () => app.shell.activateById(SIDEBAR_ID)),
+        align: 'left',
+        rank: 4
+      });
+    }
+
+    trackJobs(tracker);
+
+    const activeCodeCell = () => {
+      const cell = tracker.activeCell;
+      return cell instanceof CodeCell && tracker.currentWidget === app.shell.currentWidget
+        ? cell
+        : null;
+    };
+    app.commands.addCommand(DISTRIBUTE_COMMAND, {
+      label: 'Distribute cell...',
+      caption: 'Run this code cell on many workers: write its %%distributed line',
+      icon,
+      isEnabled: () => activeCodeCell() !== null,
+      execute: async () => {
+        const cell = activeCodeCell();
+        return cell ? distributeCell(cell) : false;
+      }
+    });
+    palette?.addItem({ command: DISTRIBUTE_COMMAND, category: 'Notebook Cell Operations' });
+    app.contextMenu.addItem({
+      command: DISTRIBUTE_COMMAND,
+      selector: '.jp-Notebook .jp-CodeCell',
+      rank: 20
+    });
+  }
+};
+
+export default plugin;

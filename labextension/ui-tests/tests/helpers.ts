@@ -1,0 +1,106 @@
+/** Shared steps of the UI tests: notebooks written through the contents API, the
+ * job store read through the extension's REST API, processes checked on this machine. */
+
+import { IJupyterLabPageFixture } from '@jupyterlab/galata';
+import { expect, Page } from '@playwright/test';
+import * as fs from 'fs';
+import * as path from 'path';
+
+export const SHOTS = path.join(__dirname, '..', 'test-results');
+
+/** A notebook in `dir` with these code cells, opened; the cells are not run. */
+export async function openNotebook(
+  page: IJupyterLabPageFixture,
+  dir: string,
+  name: string,
+  cells: string[]
+): Promise<void> {
+  const notebook = {
+    cells: cells.map(source => ({
+      cell_type: 'code',
+      execution_count: null,
+      metadata: {},
+      outputs: [],
+      source
+    })),
+    metadata: {
+      kernelspec: { display_name: 'Python 3 (ipykernel)', language: 'python', name: 'python3' }
+    },
+    nbformat: 4,
+    nbformat_minor: 5
+  };
+  const file = `${dir}/${name}`;
+  expect(await page.contents.uploadContent(JSON.stringify(notebook), 'text', file)).toBe(true);
+  expect(await page.notebook.openByPath(file)).toBe(true);
+  await page.notebook.activate(name);
+  await page.waitForSelector('.jp-Notebook-ExecutionIndicator[data-status="idle"]', {
+    timeout: 60000
+  });
+}
+
+export interface IProcessModel {
+  id: string;
+  pid: number | null;
+  state: string;
+}
+
+export interface IJobModel {
+  id: string;
+  state: string;
+  workers: number;
+  workers_up: number;
+  processes: IProcessModel[];
+}
+
+export async function listJobs(page: Page): Promise<IJobModel[]> {
+  const response = await page.request.get('/distrain/jobs');
+  expect(response.ok()).toBe(true);
+  return (await response.json()).jobs;
+}
+
+/** The newest job whose id starts with `name` (the job's --name), once it is listed. */
+export async function jobNamed(page: Page, name: string, timeout = 60000): Promise<IJobModel> {
+  let found: IJobModel | undefined;
+  await expect
+    .poll(async () => (found = (await listJobs(page)).find(j => j.id.startsWith(name))), {
+      timeout
+    })
+    .toBeTruthy();
+  return found!;
+}
+
+/** Whether a process with this pid exists on this machine. */
+export function alive(pid: number): boolean {
+  try {
+    process.kill(pid, 0);
+    return true;
+  } catch (err) {
+    return (err as NodeJS.ErrnoException).code === 'EPERM';
+  }
+}
+
+/** The source of the current notebook's cell `index`, read from its model. */
+export async function cellSource(page: Page, index: number): Promise<string> {
+  return page.evaluate(i => {
+    const panel = (window as any).jupyterapp.shell.currentWidget;
+    return panel.content.widgets[i].model.sharedModel.getSource() as string;
+  }, index);
+}
+
+/** The pids of this machine's processes whose command line mentions `text`. */
+export function processesMentioning(text: string): number[] {
+  const pids: number[] = [];
+  for (const entry of fs.readdirSync('/proc')) {
+    if (!/^\d+$/.test(entry) || Number(entry) === process.pid) {
+      continue;
+    }
+    try {
+      if (fs.readFileSync(`/proc/${entry}/cmdline`, 'utf8').includes(text)) {
+        pids.push(Number(entry));
+      }
+    } catch {
+      // gone meanwhile
+    }
+  }
+  return pids;
+}
