@@ -2,11 +2,18 @@
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import subprocess
 import sys
 from pathlib import Path
+
+import nbformat
+import pytest
+
+from jupyter_distrain.job import Job
+from jupyter_distrain.store import list_job_dirs
 
 NOTEBOOK = Path(__file__).parent.parent / "notebooks" / "01-quickstart.ipynb"
 
@@ -25,3 +32,76 @@ def test_quickstart_notebook_trains_digits_to_90_percent(jobs_root):
     accuracy = float(re.search(r"validation accuracy: ([\d.]+)", proc.stdout).group(1))
     assert accuracy >= 0.90
     assert NOTEBOOK.with_name("01-quickstart.executed.ipynb").exists()
+
+
+def _run(name: str, jobs_root: Path) -> list[str]:
+    """Execute ``notebooks/<name>.ipynb`` as `make demo` does; each code cell's text."""
+    notebook = NOTEBOOK.with_name(f"{name}.ipynb")
+    proc = subprocess.run(
+        [sys.executable, str(NOTEBOOK.parent / "run.py"), str(notebook)],
+        capture_output=True,
+        text=True,
+        timeout=900,
+        env={**os.environ, "JUPYTER_DISTRAIN_ROOT": str(jobs_root)},
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    executed = nbformat.read(notebook.with_name(f"{name}.executed.ipynb"), as_version=4)
+    return [
+        "".join(o.get("text", "") for o in cell.get("outputs", []))
+        for cell in executed.cells
+        if cell.cell_type == "code"
+    ]
+
+
+def _accuracy(text: str) -> tuple[int, float]:
+    match = re.search(r"^\[0\] final global_step (\d+) accuracy ([\d.]+)$", text, re.M)
+    assert match, text[-2000:]
+    return int(match.group(1)), float(match.group(2))
+
+
+def test_parameter_servers_notebook_trains_with_the_strategy_and_both_sgd_flavours(jobs_root):
+    cells = _run("02-parameter-servers", jobs_root)
+    summary = cells[2]
+    assert re.match(r"ParameterServerStrategy(V2)?\nvariables on the ps: True\n", summary), summary
+    assert float(re.search(r"validation accuracy: ([\d.]+)", summary).group(1)) >= 0.85
+    sync_step, sync_accuracy = _accuracy(cells[3])
+    async_step, async_accuracy = _accuracy(cells[4])
+    assert sync_step == 40 and async_step >= 40
+    assert sync_accuracy >= 0.8 and async_accuracy >= 0.8
+
+
+def test_seed_flow_notebook_runs_the_cml_api(jobs_root):
+    cells = _run("03-seed-flow", jobs_root)
+    assert "2 running, 0 failed\n" in cells[1]
+    assert "stopped: ['killed', 'killed']" in cells[1]
+    assert "ps: 1 workers: 2\nsession: grpc://" in cells[3]
+    assert "job succeeded" in cells[3]
+    assert float(re.search(r"final global_step 40 accuracy ([\d.]+)", cells[3]).group(1)) >= 0.8
+
+
+@pytest.mark.horovod
+def test_bench_notebook_prints_a_row_per_backend_and_worker_count(jobs_root):
+    table = _run("06-bench", jobs_root)[1]
+    rows = re.findall(r"^(horovod|tf|ps \(1 ps\))\s+(\d)\s+([\d,]+)\s+([\d.]+)$", table, re.M)
+    assert sorted((b, int(n)) for b, n, _, _ in rows) == [
+        ("horovod", 1),
+        ("horovod", 2),
+        ("ps (1 ps)", 1),
+        ("ps (1 ps)", 2),
+        ("tf", 1),
+        ("tf", 2),
+    ], table
+    assert all(float(e) == 1.0 for _, n, _, e in rows if n == "1")
+    assert all(float(r.replace(",", "")) > 0 for _, _, r, _ in rows)
+
+
+@pytest.mark.horovod
+def test_custom_loop_notebook_learns_with_timed_steps(jobs_root):
+    cells = _run("07-custom-loop", jobs_root)
+    first, last = map(float, re.search(r"loss ([\d.]+) -> ([\d.]+)", cells[2]).groups())
+    assert last < first
+    assert float(re.search(r"validation accuracy: ([\d.]+)", cells[2]).group(1)) >= 0.85
+    job = Job(list_job_dirs(jobs_root)[0])
+    records = [json.loads(line) for line in job.dir.metrics_file.open()]
+    steps = {r["index"]: r["step"] for r in records if "step" in r}
+    assert steps == {0: 150, 1: 150}  # every timed step reached the widget's metrics
