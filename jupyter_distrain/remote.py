@@ -149,14 +149,13 @@ def unpack(directory: Path, data: bytes) -> None:
             (directory / name).chmod(0o600)
 
 
-def pack(directory: Path, names: list[str] | None = None) -> bytes:
-    """A tar of ``names`` in ``directory`` (default: what the job produced there)."""
+def pack(directory: Path) -> bytes:
+    """A tar of what the job produced in ``directory`` (its result, checkpoints)."""
     buffer = io.BytesIO()
     with tarfile.open(fileobj=buffer, mode="w") as tar:
         if directory.is_dir():
             for entry in sorted(directory.iterdir()):
-                chosen = entry.name in names if names is not None else _produced(entry)
-                if chosen:
+                if _produced(entry):
                     tar.add(entry, entry.name)
     return buffer.getvalue()
 

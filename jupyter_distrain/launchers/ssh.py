@@ -180,6 +180,7 @@ class SshProcess(LaunchedProcess):
         self.rss = 0
         self.exit_code: int | None = None
         self.errors: list[str] = []  # what ssh itself said
+        self._noted = False  # the log says the connection was lost
         self._write_lock = threading.Lock()
         self._reader = threading.Thread(target=self._read, daemon=True)
         self._reader.start()
@@ -214,7 +215,7 @@ class SshProcess(LaunchedProcess):
 
     def _note_lost(self) -> None:
         """Say in the process's log why it ended without an exit code: the connection."""
-        if getattr(self, "_noted", False):
+        if self._noted:
             return
         self._noted = True
         said = "; ".join(e for e in self.errors if e) or f"ssh exited with {self.popen.returncode}"
