@@ -275,6 +275,27 @@ def test_host_keys_are_checked(cluster, jobs_root, tmp_path):
     assert accepted.read_text().count("ssh-ed25519") == 2
 
 
+def test_a_host_whose_name_resolves_to_loopback_is_refused_for_horovod(cluster, jobs_root):
+    host = cluster.hosts[1]
+    host.kill_sshd()
+    host.start_sshd(name_address="127.0.1.1")  # Debian's default /etc/hosts entry
+    try:
+        spec = JobSpec(code="print(1)", workers=2, backend="horovod", timeout=20)
+        with pytest.raises(SpecError) as refused:
+            api.submit(JobSpec(**{**spec.to_dict(), **cluster.options()}))
+        assert "host 10.232.0.12: its name 'jdh2' resolves to 127.0.1.1" in str(refused.value)
+        assert "10.232.0.11" not in str(refused.value)
+        assert list_job_dirs(jobs_root) == []
+        # other backends do not care what the name resolves to
+        plain = api.submit(
+            JobSpec(code="print(1)", workers=2, backend="plain", **cluster.options())
+        )
+        assert plain.wait(60) == "succeeded"
+    finally:
+        host.kill_sshd()
+        host.start_sshd()
+
+
 def _running(job: Job, seconds: float = 60) -> None:
     deadline = time.monotonic() + seconds
     while time.monotonic() < deadline:
