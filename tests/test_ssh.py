@@ -275,6 +275,7 @@ def test_host_keys_are_checked(cluster, jobs_root, tmp_path):
     assert accepted.read_text().count("ssh-ed25519") == 2
 
 
+@pytest.mark.horovod
 def test_a_host_whose_name_resolves_to_loopback_is_refused_for_horovod(cluster, jobs_root):
     host = cluster.hosts[1]
     host.kill_sshd()
