@@ -19,6 +19,7 @@ the cores with a pool's imports. The raw per-round figures are saved to
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import re
@@ -27,6 +28,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -123,6 +125,23 @@ def run_distributed(shell, code: str, flags: str = "") -> tuple[float, float]:
     return first - started, rate
 
 
+@contextlib.contextmanager
+def bench_session(steps: int) -> Iterator[tuple[Path, str, Path, Any]]:
+    """A temporary directory (holding the jobs root unless one is set), the benchmark
+    program for ``steps`` steps as code and as a script file, and an IPython shell with
+    the extension loaded."""
+    from IPython.core.interactiveshell import InteractiveShell
+
+    with tempfile.TemporaryDirectory() as tmp:
+        os.environ.setdefault("JUPYTER_DISTRAIN_ROOT", str(Path(tmp) / "jobs"))
+        code = SCRIPT.format(steps=steps)
+        script = Path(tmp) / "bench_keras.py"
+        script.write_text(code)
+        shell = InteractiveShell.instance()
+        shell.extension_manager.load_extension("jupyter_distrain")
+        yield Path(tmp), code, script, shell
+
+
 def mean_with_interval(values: list[float]) -> tuple[float, float, float]:
     """The mean and its 95% confidence interval (Student's t)."""
     mean = statistics.mean(values)
@@ -149,15 +168,7 @@ def main() -> int:
     )
     args = parser.parse_args()
 
-    from IPython.core.interactiveshell import InteractiveShell
-
-    with tempfile.TemporaryDirectory() as tmp:
-        os.environ.setdefault("JUPYTER_DISTRAIN_ROOT", str(Path(tmp) / "jobs"))
-        code = SCRIPT.format(steps=args.steps)
-        script = Path(tmp) / "bench_keras.py"
-        script.write_text(code)
-        shell = InteractiveShell.instance()
-        shell.extension_manager.load_extension("jupyter_distrain")
+    with bench_session(args.steps) as (tmp, code, script, shell):
         columns = ("horovodrun", "distributed", "warm")
         results: dict[str, list[tuple[float, float]]] = {name: [] for name in columns}
         flags = "--env JUPYTER_DISTRAIN_INSTRUMENT=0" if args.no_instrument else ""

@@ -21,7 +21,6 @@ import os
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -29,7 +28,7 @@ HERE = Path(__file__).resolve().parent
 sys.path[:0] = [str(HERE), str(HERE.parent / "tests")]
 
 from launch_overhead import (  # noqa: E402
-    SCRIPT,
+    bench_session,
     mean_with_interval,
     parse,
     run_distributed,
@@ -65,36 +64,27 @@ def main() -> int:
     parser.add_argument("--steps", type=int, default=300)
     args = parser.parse_args()
 
-    from IPython.core.interactiveshell import InteractiveShell
-
     os.environ["JUPYTER_DISTRAIN_POOL"] = "0"  # cold starts everywhere: the pool is local only
-    with tempfile.TemporaryDirectory() as tmp:
-        os.environ.setdefault("JUPYTER_DISTRAIN_ROOT", str(Path(tmp) / "jobs"))
-        code = SCRIPT.format(steps=args.steps)
-        script = Path(tmp) / "bench_keras.py"
-        script.write_text(code)
-        shell = InteractiveShell.instance()
-        shell.extension_manager.load_extension("jupyter_distrain")
-        with (
-            ssh_cluster(Path(tmp) / "hosts", bridge=INTERFACE) as cluster,
-            ray_cluster(Path(tmp) / "ray") as ray,
-        ):
-            flags = {"local": "", "ssh": cluster.flags(), "ray": ray.flags()}
-            columns = ["horovodrun", *flags]
-            results: dict[str, list[tuple[float, float]]] = {name: [] for name in columns}
-            for i in range(args.rounds):
-                shift = i % len(columns)
-                for name in columns[shift:] + columns[:shift]:
-                    if name == "horovodrun":
-                        res = run_horovodrun(script, cluster)
-                    else:
-                        res = run_distributed(shell, code, flags[name])
-                    results[name].append(res)
-                    print(
-                        f"round {i + 1} {name:<11} first step {res[0]:6.2f} s "
-                        f"{res[1]:7.1f} steps/s",
-                        flush=True,
-                    )
+    with (
+        bench_session(args.steps) as (tmp, code, script, shell),
+        ssh_cluster(tmp / "hosts", bridge=INTERFACE) as cluster,
+        ray_cluster(tmp / "ray") as ray,
+    ):
+        flags = {"local": "", "ssh": cluster.flags(), "ray": ray.flags()}
+        columns = ["horovodrun", *flags]
+        results: dict[str, list[tuple[float, float]]] = {name: [] for name in columns}
+        for i in range(args.rounds):
+            shift = i % len(columns)
+            for name in columns[shift:] + columns[:shift]:
+                if name == "horovodrun":
+                    res = run_horovodrun(script, cluster)
+                else:
+                    res = run_distributed(shell, code, flags[name])
+                results[name].append(res)
+                print(
+                    f"round {i + 1} {name:<11} first step {res[0]:6.2f} s {res[1]:7.1f} steps/s",
+                    flush=True,
+                )
     print()
     print(f"{'launcher':<12}{'time to first step (s)':>24}{'steps/sec':>12}")
     for name, rs in results.items():

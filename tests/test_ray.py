@@ -8,7 +8,6 @@ group or directory anywhere."""
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import re
@@ -20,6 +19,8 @@ from pathlib import Path
 import psutil
 import pytest
 from conftest import wait_for
+from jobscan import left_after
+from jobscan import processes_naming as job_processes
 from raycluster import HEAD_ADDRESS, QUIET_RAY, RayCluster, ray_cluster
 from test_tf_backends import SEED_PROGRAM
 
@@ -82,25 +83,8 @@ def stop_jobs(jobs_root):
             job.stop()
 
 
-def job_processes(job_id: str) -> list[psutil.Process]:
-    """Every live process of the job on either node: its command line or environment
-    (read raw: Ray's processes write their titles over it) names the job."""
-    found = []
-    for proc in psutil.process_iter():
-        with contextlib.suppress(psutil.Error, OSError):
-            if proc.pid == os.getpid() or proc.status() == psutil.STATUS_ZOMBIE:
-                continue
-            raw = Path(f"/proc/{proc.pid}/environ").read_bytes()
-            if job_id.encode() in raw or any(job_id in part for part in proc.cmdline()):
-                found.append(proc)
-    return found
-
-
 def wait_until_gone(job_id: str, seconds: float) -> list[psutil.Process]:
-    deadline = time.monotonic() + seconds
-    while (left := job_processes(job_id)) and time.monotonic() < deadline:
-        time.sleep(0.25)
-    return left
+    return left_after(lambda: job_processes(job_id), seconds)
 
 
 def leftovers(ray, job_id: str) -> list[str]:

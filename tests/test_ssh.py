@@ -15,12 +15,14 @@ from pathlib import Path
 import psutil
 import pytest
 from conftest import wait_for
+from jobscan import left_after
+from jobscan import processes_naming as job_processes
 from multihost import SSH_PORT, SshCluster, ssh_cluster
 from test_metrics_widget import KERAS_FIT
 from test_tf_backends import SEED_PROGRAM
 
 from jupyter_distrain import api
-from jupyter_distrain.contract import Env, ProcessId
+from jupyter_distrain.contract import ProcessId
 from jupyter_distrain.job import Job
 from jupyter_distrain.spec import JobSpec, SpecError
 from jupyter_distrain.store import list_job_dirs
@@ -67,21 +69,6 @@ def cluster(tmp_path_factory):
         yield made
 
 
-def job_processes(job_id: str) -> list[psutil.Process]:
-    """Every process of the job on any host (the hosts share this machine's pid space):
-    its command line or its job directory (here or on a host) names the job."""
-    found = []
-    for proc in psutil.process_iter(["cmdline"]):
-        with contextlib.suppress(psutil.Error):
-            if proc.pid == os.getpid() or proc.status() == psutil.STATUS_ZOMBIE:
-                continue
-            if any(job_id in part for part in proc.info["cmdline"] or []) or job_id in (
-                proc.environ().get(Env.JOB_DIR, "")
-            ):
-                found.append(proc)
-    return found
-
-
 def ssh_masters() -> list[psutil.Process]:
     """ssh master connections (the launcher's are named by no job id)."""
     found = []
@@ -104,12 +91,7 @@ def orted_daemons() -> list[psutil.Process]:
 def wait_until_gone(job_id: str, seconds: float) -> list[psutil.Process]:
     """What is left of the job (ssh master connections and OpenMPI daemons included)
     after ``seconds``."""
-    deadline = time.monotonic() + seconds
-    while (left := job_processes(job_id) + ssh_masters() + orted_daemons()) and (
-        time.monotonic() < deadline
-    ):
-        time.sleep(0.25)
-    return left
+    return left_after(lambda: job_processes(job_id) + ssh_masters() + orted_daemons(), seconds)
 
 
 def remote_dirs(job_id: str) -> list[Path]:
