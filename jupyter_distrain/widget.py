@@ -185,6 +185,8 @@ class JobWidget(widgets.VBox):
         self.job = job
         self.model = JobModel(job)
         self._last_draw = 0.0
+        self.display_handle: Any = None  # set by make_view; the final snapshot goes there
+        self._snapshot_state = ""
         self.header = widgets.HTML()
         self.table = widgets.HTML()
         self.chart = widgets.HTML()
@@ -258,6 +260,28 @@ class JobWidget(widgets.VBox):
         self.time_to_first_step = m.time_to_first_step()
         self._draw()
         self.redraws += 1
+        if self.job_state in FINAL_STATES and self._snapshot_state != self.job_state:
+            self._snapshot_state = self.job_state
+            if self.display_handle is not None:  # the output keeps the final dashboard
+                self.display_handle.update(self)
+
+    def _repr_mimebundle_(self, **kwargs: Any) -> dict[str, Any] | None:
+        """The widget's view, with a static HTML snapshot of the dashboard beside it:
+        what a notebook viewer without a kernel (a code host, nbviewer) shows."""
+        bundle = super()._repr_mimebundle_(**kwargs)
+        if bundle is not None:
+            bundle["text/html"] = self.snapshot_html()
+        return bundle
+
+    def snapshot_html(self) -> str:
+        """The dashboard as it is now, as plain HTML: header, table, chart and progress."""
+        done, _ = self.model.progress()
+        return (
+            "<div class='jupyter-distrain-snapshot'>"
+            f"<div>{self.header.value}</div>{self.table.value}{self.chart.value}"
+            f"<div>progress {done:.0%} &middot; <small>a snapshot of the job's widget "
+            f"(the live widget needs a running kernel)</small></div></div>"
+        )
 
     @staticmethod
     def _row(p: ProcessRecord) -> dict[str, Any]:
@@ -429,7 +453,7 @@ def make_view(job: Job) -> JobWidget | TextSummary:
     if not _in_kernel():
         return TextSummary(job)
     widget = JobWidget(job)
-    display(widget)
+    widget.display_handle = display(widget, display_id=True)
     return widget
 
 

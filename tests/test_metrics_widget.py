@@ -80,6 +80,10 @@ def test_a_keras_job_drives_the_widget(jobs_root):
     assert "images/sec per step" in widget.chart.value and "polyline" in widget.chart.value
     state = job.status()
     assert state.metrics_rejected == 0 and state.metrics_records >= 456
+    # what a viewer without a kernel shows: the final dashboard as static HTML
+    snapshot = widget._repr_mimebundle_()["text/html"]
+    assert "succeeded" in snapshot and "images/sec per step" in snapshot
+    assert snapshot.count("<td style='padding:0 8px'>228</td>") == 2
 
 
 @pytest.mark.horovod

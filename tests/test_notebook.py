@@ -24,7 +24,26 @@ def test_quickstart_notebook_trains_digits_to_90_percent(jobs_root):
     assert len(rates) == 2 and all(r > 0 for r in rates)
     accuracy = float(re.search(r"validation accuracy: ([\d.]+)", summary).group(1))
     assert accuracy >= 0.90
-    assert NOTEBOOK.with_name("01-quickstart.executed.ipynb").exists()
+    executed = nbformat.read(NOTEBOOK.with_name("01-quickstart.executed.ipynb"), as_version=4)
+    (view,) = _widget_outputs(executed)
+    # without a kernel: the final dashboard as HTML, and the widget's own saved state
+    assert "succeeded" in view.data["text/html"] and view.data["text/html"].count("exited") == 2
+    states = executed.metadata.widgets["application/vnd.jupyter.widget-state+json"]["state"]
+    header = states[view.data[WIDGET_VIEW]["model_id"]]["state"]["children"][0]
+    assert "succeeded" in states[header.removeprefix("IPY_MODEL_")]["state"]["value"]
+
+
+WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
+
+
+def _widget_outputs(notebook: nbformat.NotebookNode) -> list[nbformat.NotebookNode]:
+    """The outputs that show a job's widget."""
+    return [
+        o
+        for cell in notebook.cells
+        for o in cell.get("outputs", [])
+        if WIDGET_VIEW in o.get("data", {})
+    ]
 
 
 def _run(name: str, jobs_root: Path) -> list[str]:
