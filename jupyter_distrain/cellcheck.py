@@ -5,7 +5,7 @@ from __future__ import annotations
 import ast
 import builtins
 
-from .spec import SpecError
+from .spec import JobSpec, SpecError
 
 # Names a worker's namespace always has.
 _PROVIDED = {"__name__", "__file__", "__builtins__", "result"}
@@ -84,6 +84,13 @@ def uses_horovod_elastic(code: str) -> bool:
         if isinstance(node, ast.ImportFrom) and (node.module or "").endswith(".elastic"):
             return True
     return False
+
+
+def resizes_in_place(spec: JobSpec) -> bool:
+    """Whether the job is a Horovod elastic one (Gloo), which scaling resizes in place."""
+    return (
+        spec.backend == "horovod" and spec.controller == "gloo" and uses_horovod_elastic(spec.code)
+    )
 
 
 def elastic_warnings(code: str) -> list[str]:

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from . import control
+from .cellcheck import resizes_in_place
 from .contract import ProcessId
 from .plugins import LAUNCHERS, load_plugin
 from .spec import JobSpec
@@ -137,14 +138,22 @@ class Job:
         return status.state
 
     def scale(self, workers: int) -> None:
-        """Restart the job with ``workers`` workers, resuming from a checkpoint.
+        """Resize the job to ``workers`` workers: in place for a Horovod elastic program,
+        else by restarting it from a checkpoint.
 
-        The workers are asked to checkpoint (Keras ``fit`` does at its next epoch end);
-        the supervisor then relaunches at the new size. Returns once the request is taken.
+        For a restart the workers are asked to checkpoint (Keras ``fit`` does at its next
+        epoch end); the supervisor then relaunches at the new size. Returns once the
+        request is taken.
         """
         reply = self._request("scale", workers=workers)
         if not reply.get("ok"):
             raise ValueError(reply.get("error", "scale refused"))
+
+    @property
+    def scaling_mode(self) -> str:
+        """How :meth:`scale` resizes this job, in words: "in place" (Horovod elastic) or
+        "at the next checkpoint"."""
+        return "in place" if resizes_in_place(self.spec) else "at the next checkpoint"
 
     def stop_processes(self, processes: Iterable[ProcessId | str], wait: bool = True) -> None:
         """Stop some of the job's processes (``ProcessId("worker", 1)`` or ``"worker-1"``);

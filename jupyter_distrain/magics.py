@@ -332,7 +332,7 @@ class DistributedMagics(Magics):
                 job.scale(args.workers)
             except (ValueError, OSError, RuntimeError) as exc:
                 raise UsageError(f"cannot scale {job.id}: {exc}") from None
-            print(f"Job {job.id}: scaling to {args.workers} workers at the next checkpoint.")
+            print(f"Job {job.id}: scaling to {args.workers} workers {job.scaling_mode}.")
         elif args.command == "attach":
             return self._attach(job)
         return None

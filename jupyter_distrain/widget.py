@@ -239,7 +239,7 @@ class JobWidget(widgets.VBox):
         if workers < 1:
             self.message.value = "a job needs at least one worker"
             return
-        self.message.value = f"scaling to {workers} workers at the next checkpoint..."
+        self.message.value = f"scaling to {workers} workers {self.job.scaling_mode}..."
         self._act(self.job.scale, workers=workers)
 
     # --- drawing -------------------------------------------------------------------

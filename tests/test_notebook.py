@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 import json
 import os
 import re
@@ -117,3 +118,19 @@ def test_custom_loop_notebook_learns_with_timed_steps(jobs_root):
     records = [json.loads(line) for line in job.dir.metrics_file.open()]
     steps = {r["index"]: r["step"] for r in records if "step" in r}
     assert steps == {0: 150, 1: 150}  # every timed step reached the widget's metrics
+
+
+@pytest.mark.horovod
+def test_scaling_notebook_grows_an_elastic_job_in_place_and_a_keras_job_from_a_checkpoint(
+    jobs_root,
+):
+    cells = _run("04-scaling", jobs_root)
+    assert "scaling to 3 workers in place." in cells[2]
+    assert "succeeded: 3 workers\nranks 0 and 1 kept their processes: True\n" in cells[3]
+    sizes = ast.literal_eval(re.search(r"as rank 0 saw them: (\[.*\])", cells[3]).group(1))
+    assert sizes[0] == [0, 2] and sizes[-1][1] == 3, sizes
+    assert "scaling to 3 workers at the next checkpoint." in cells[5]
+    assert "succeeded: 3 workers, generation 1\n" in cells[6]
+    assert int(re.search(r"started at epoch (\d+) with 3 workers", cells[6]).group(1)) > 0
+    accuracies = re.findall(r"validation accuracy: ([\d.]+)", cells[3] + cells[6])
+    assert len(accuracies) == 2 and all(float(a) >= 0.85 for a in accuracies)

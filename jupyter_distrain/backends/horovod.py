@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from ..cellcheck import uses_horovod_elastic
+from ..cellcheck import resizes_in_place
 from ..contract import Env, ProcessId
 from ..frameworks import horovod_missing_reason
 from ..launchers.base import Launcher, ProcessSpec, Slot
@@ -84,7 +84,7 @@ class HorovodBackend(Backend):
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self.elastic = self.spec.controller == "gloo" and uses_horovod_elastic(self.spec.code)
+        self.elastic = resizes_in_place(self.spec)
 
     @classmethod
     def available(cls) -> tuple[bool, str]:
