@@ -385,9 +385,11 @@ def async_cell(lines: list[str]) -> list[str]:
     if arguments and not arguments[0].isspace() or first.endswith("?"):
         return lines  # another magic's name, or a help request
     body = "".join(lines[1:])
+    # `{name}` and `$name` in the line are expanded from the notebook, as IPython's own
+    # cell-magic call does (it is bypassed here); at the cell's top level, as there
     return [
-        "await get_ipython().find_cell_magic('distributed').__self__"
-        f".distributed_async({arguments.strip()!r}, {body!r})\n"
+        "await get_ipython().find_cell_magic('distributed').__self__.distributed_async("
+        f"get_ipython().var_expand({arguments.strip()!r}), {body!r})\n"
     ]
 
 

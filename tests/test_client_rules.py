@@ -151,7 +151,9 @@ def test_async_cell_turns_a_distributed_cell_into_one_await():
     tree = ast.parse(lines[0])
     call = tree.body[0].value.value
     assert call.func.attr == "distributed_async"
-    assert [ast.literal_eval(a) for a in call.args] == ["--workers 2 --name a", body]
+    line, cell = call.args
+    assert line.func.attr == "var_expand"  # `{name}` in the line, as IPython expands it
+    assert [ast.literal_eval(a) for a in (*line.args, cell)] == ["--workers 2 --name a", body]
 
 
 @pytest.mark.parametrize(

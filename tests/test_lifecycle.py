@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import time
 
@@ -44,6 +45,14 @@ def test_bad_flags_give_one_line_and_launch_nothing(kernel, jobs_root, flags, ex
     assert "\n" not in out.error["evalue"].strip()
     assert "never" not in out.stdout
     assert list_job_dirs(jobs_root) == []
+
+
+def test_the_magic_line_expands_notebook_variables_as_ipython_does(kernel):
+    kernel.execute("n, label = 2, 'expanded'")
+    out = kernel.execute("%%distributed --workers {n} --name $label\nprint('hi')\n")
+    assert out.error is None, out.error_text
+    assert re.search(r"^Job expanded-\w+: 2 workers", out.stdout, re.M), out.stdout
+    assert "[1] hi" in out.stdout
 
 
 def test_undefined_names_are_warned_about(kernel):
