@@ -310,7 +310,11 @@ class JobWidget(widgets.VBox):
             parts.append(self.launch_progress)
         if self.time_to_first_step is not None:
             parts.append(f"first step after {self.time_to_first_step:.1f} s")
-        parts.append(f"<b>{self.aggregate_images_per_sec:,.0f}</b> images/sec")
+        if state in FINAL_STATES:  # nothing is live: the workers' last rates
+            last = sum(r["images_per_sec"] or 0.0 for r in self.rows if r["role"] == "worker")
+            parts.append(f"<b>{last:,.0f}</b> images/sec at the end")
+        else:
+            parts.append(f"<b>{self.aggregate_images_per_sec:,.0f}</b> images/sec")
         if self.stragglers:
             parts.append(
                 "<span style='color:#a00'>straggling: "

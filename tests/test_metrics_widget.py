@@ -83,6 +83,10 @@ def test_a_keras_job_drives_the_widget(jobs_root):
     # what a viewer without a kernel shows: the final dashboard as static HTML
     snapshot = widget._repr_mimebundle_()["text/html"]
     assert "succeeded" in snapshot and "images/sec per step" in snapshot
+    final_rate = float(
+        re.search(r"<b>([\d,]+)</b> images/sec at the end", snapshot)[1].replace(",", "")
+    )
+    assert final_rate == pytest.approx(sum(r["images_per_sec"] for r in widget.rows), abs=1)
     assert snapshot.count("<td style='padding:0 8px'>228</td>") == 2
 
 

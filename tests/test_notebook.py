@@ -12,6 +12,8 @@ from pathlib import Path
 
 import nbformat
 import pytest
+from multihost import ssh_cluster
+from raycluster import QUIET_RAY
 
 from jupyter_distrain.job import Job
 from jupyter_distrain.store import list_job_dirs
@@ -47,15 +49,16 @@ def _widget_outputs(notebook: nbformat.NotebookNode) -> list[nbformat.NotebookNo
     ]
 
 
-def _run(name: str, jobs_root: Path) -> list[str]:
-    """Execute ``notebooks/<name>.ipynb`` as `make demo` does; each code cell's text."""
+def _run(name: str, jobs_root: Path, env: dict[str, str] | None = None) -> list[str]:
+    """Execute ``notebooks/<name>.ipynb`` as `make demo` does; each code cell's text
+    (its kernel's environment: this one, the job store, and ``env``)."""
     notebook = NOTEBOOK.with_name(f"{name}.ipynb")
     proc = subprocess.run(
         [sys.executable, str(NOTEBOOK.parent / "run.py"), str(notebook)],
         capture_output=True,
         text=True,
         timeout=900,
-        env={**os.environ, "JUPYTER_DISTRAIN_ROOT": str(jobs_root)},
+        env={**os.environ, "JUPYTER_DISTRAIN_ROOT": str(jobs_root), **(env or {})},
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     executed = nbformat.read(notebook.with_name(f"{name}.executed.ipynb"), as_version=4)
@@ -133,4 +136,17 @@ def test_scaling_notebook_grows_an_elastic_job_in_place_and_a_keras_job_from_a_c
     assert "succeeded: 3 workers, generation 1\n" in cells[6]
     assert int(re.search(r"started at epoch (\d+) with 3 workers", cells[6]).group(1)) > 0
     accuracies = re.findall(r"validation accuracy: ([\d.]+)", cells[3] + cells[6])
+    assert len(accuracies) == 2 and all(float(a) >= 0.85 for a in accuracies)
+
+
+@pytest.mark.horovod
+def test_multi_host_notebook_trains_on_a_local_ray_and_over_ssh_on_two_hosts(jobs_root, tmp_path):
+    with ssh_cluster(tmp_path / "hosts") as hosts:
+        ssh_flags = hosts.flags().removeprefix("--launcher ssh ")
+        cells = _run("05-multi-host", jobs_root, env={"DISTRAIN_DEMO_SSH": ssh_flags, **QUIET_RAY})
+    assert "Ray: no running cluster found; the job starts a local one" in cells[1]
+    assert re.search(r"^Ray: 2 workers on \['[^']+', '[^']+'\]$", cells[2], re.M), cells[2]
+    assert "Hosts checked: " in cells[4]
+    assert "ssh: 2 workers on ['jdh1', 'jdh2']\n" in cells[5]  # one rank on each host
+    accuracies = re.findall(r"validation accuracy: ([\d.]+)", cells[2] + cells[5])
     assert len(accuracies) == 2 and all(float(a) >= 0.85 for a in accuracies)
