@@ -2,10 +2,11 @@
 
 A synthetic image classifier (a small ResNet: a stem, residual blocks, global
 pooling; image size, width, depth and batch size configurable) trains under each
-backend for 1..N workers: horovod (ring allreduce), tf (MultiWorkerMirroredStrategy)
-and ps (ParameterServerStrategy, asynchronous: each step is one worker's batch) with
-each ``ps`` count (synchronous parameter servers, the seed's TF1
-``SyncReplicasOptimizer``, are not benchmarked). Each run is an ordinary job of this
+backend for 1..N workers: horovod (ring allreduce), tf (MultiWorkerMirroredStrategy),
+ps (ParameterServerStrategy, asynchronous: each step is one worker's batch) and ps-sync
+(the seed's TF1 ``run(cluster, server, task_index)`` with ``SyncReplicasOptimizer``:
+each global step averages one batch from every worker), the last two with each ``ps``
+count. Each run is an ordinary job of this
 project (any launcher), whose reporting process prints the job's images/sec over the
 epochs after the first (tracing and connecting excluded). The result is a table of
 images/sec and scaling efficiency (throughput at N / (N x throughput at 1)) per
@@ -32,7 +33,8 @@ from typing import Any
 from .contract import ProcessId
 from .spec import JobSpec, SpecError
 
-BACKENDS = ("horovod", "tf", "ps")
+BACKENDS = ("horovod", "tf", "ps", "ps-sync")
+PS_BACKENDS = ("ps", "ps-sync")  # run with each --ps count
 
 _PROGRAM = """\
 import time
@@ -109,8 +111,42 @@ def dataset_fn(input_context):
 model.fit(tf.keras.utils.experimental.DatasetCreator(dataset_fn), steps_per_epoch=STEPS,
           epochs=EPOCHS, verbose=0, callbacks=[Clock(BATCH, True)])
 """,
+    "ps-sync": """
+def run(cluster, server, task_index):  # the seed's contract: TF1 graph mode
+    workers = cluster.num_tasks("worker")
+    setter = tf.compat.v1.train.replica_device_setter(
+        worker_device=f"/job:worker/task:{task_index}", cluster=cluster)
+    with tf.compat.v1.device(setter):  # the variables on the ps, the compute here
+        global_step = tf.compat.v1.train.get_or_create_global_step()
+        model = make_model()
+        loss = LOSS(tf.constant(y[:BATCH]), model(tf.constant(x[:BATCH]), training=True))
+        optimizer = tf.compat.v1.train.SyncReplicasOptimizer(
+            tf.compat.v1.train.GradientDescentOptimizer(0.01),
+            replicas_to_aggregate=workers, total_num_replicas=workers)
+        train_op = optimizer.minimize(loss, global_step, model.trainable_variables)
+    chief = task_index == 0
+    hooks = [optimizer.make_session_run_hook(chief),
+             tf.compat.v1.train.StopAtStepHook(last_step=STEPS * EPOCHS)]
+    config = tf.compat.v1.ConfigProto(device_filters=["/job:ps", f"/job:worker/task:{task_index}"])
+    first = None  # (global step, time) when the first epoch (the warm-up) is over
+    with tf.compat.v1.train.MonitoredTrainingSession(
+            master=server.target, is_chief=chief, hooks=hooks, config=config,
+            stop_grace_period_secs=2) as session:
+        while not session.should_stop():
+            step = session.run([train_op, global_step])[1]
+            if first is None and step >= STEPS:
+                first = (step, time.perf_counter())
+            last = (step, time.perf_counter())
+    if chief:  # each global step is one batch from every worker
+        rate = BATCH * workers * (last[0] - first[0]) / (last[1] - first[1])
+        print(f"BENCH images_per_sec={rate:.1f}", flush=True)
+""",
 }
-_REPORTER = {"horovod": ProcessId("worker", 0), "tf": ProcessId("worker", 0)}
+_REPORTER = {
+    "horovod": ProcessId("worker", 0),
+    "tf": ProcessId("worker", 0),
+    "ps-sync": ProcessId("worker", 0),  # the seed's chief
+}
 _RATE = re.compile(r"BENCH images_per_sec=([\d.]+)")
 
 
@@ -141,7 +177,7 @@ class BenchSettings:
                 f"--backends: {', '.join(unknown) or 'none given'}; choose from "
                 f"{', '.join(BACKENDS)}"
             )
-        if "ps" in self.backends and (not self.ps or min(self.ps) < 1):
+        if set(PS_BACKENDS) & set(self.backends) and (not self.ps or min(self.ps) < 1):
             raise SpecError(f"--ps needs counts >= 1, got {self.ps}")
         for name in ("image_size", "width", "blocks", "batch_size", "steps"):
             if getattr(self, name) < 1:
@@ -159,7 +195,7 @@ class BenchSettings:
         runs = []
         for n in range(1, self.workers + 1):
             for backend in self.backends:
-                for ps in self.ps if backend == "ps" else [0]:
+                for ps in self.ps if backend in PS_BACKENDS else [0]:
                     runs.append((backend, n, ps))
         return runs
 
@@ -168,7 +204,7 @@ class BenchSettings:
 class BenchRow:
     """One run: its configuration, throughput and scaling efficiency."""
 
-    backend: str  # "horovod", "tf", "ps (1 ps)"
+    backend: str  # "horovod", "tf", "ps async (1 ps)", "ps sync (1 ps)"
     workers: int
     images_per_sec: float
     efficiency: float | None  # throughput at N / (N x throughput at 1)
@@ -176,7 +212,10 @@ class BenchRow:
 
 
 def label(backend: str, ps: int) -> str:
-    return f"ps ({ps} ps)" if backend == "ps" else backend
+    """The backend as the table names it."""
+    if backend in PS_BACKENDS:
+        return f"ps {'sync' if backend == 'ps-sync' else 'async'} ({ps} ps)"
+    return backend
 
 
 def run_one(settings: BenchSettings, backend: str, workers: int, ps: int) -> tuple[float, str]:
@@ -187,7 +226,7 @@ def run_one(settings: BenchSettings, backend: str, workers: int, ps: int) -> tup
         code=settings.program(backend),
         workers=workers,
         ps=ps,
-        backend=backend,
+        backend="ps" if backend in PS_BACKENDS else backend,
         launcher=settings.launcher,
         name="bench",
     )
@@ -244,10 +283,10 @@ def save(rows: list[BenchRow], settings: BenchSettings, out: Path) -> None:
 
 def table(rows: list[BenchRow]) -> str:
     """The results as a text table, one line per backend and worker count."""
-    lines = [f"{'backend':<14}{'workers':>8}{'images/sec':>13}{'efficiency':>12}"]
+    lines = [f"{'backend':<18}{'workers':>8}{'images/sec':>13}{'efficiency':>12}"]
     for r in sorted(rows, key=lambda r: (r.backend, r.workers)):
         efficiency = "-" if r.efficiency is None else f"{r.efficiency:.2f}"
-        lines.append(f"{r.backend:<14}{r.workers:>8}{r.images_per_sec:>13,.0f}{efficiency:>12}")
+        lines.append(f"{r.backend:<18}{r.workers:>8}{r.images_per_sec:>13,.0f}{efficiency:>12}")
     return "\n".join(lines)
 
 
@@ -301,9 +340,13 @@ def add_arguments(parser: Any) -> None:
     """The bench flags, shared by the magic and the command line."""
     parser.add_argument("--workers", type=int, default=2, help="worker counts 1..N (default 2)")
     parser.add_argument(
-        "--backends", default=",".join(BACKENDS), help="comma-separated: horovod, tf, ps"
+        "--backends",
+        default=",".join(BACKENDS),
+        help="comma-separated: horovod, tf, ps (async), ps-sync",
     )
-    parser.add_argument("--ps", default="1", help="parameter-server counts, comma-separated")
+    parser.add_argument(
+        "--ps", default="1", help="parameter-server counts for ps and ps-sync, comma-separated"
+    )
     parser.add_argument("--image-size", type=int, default=32)
     parser.add_argument("--width", type=int, default=16, help="filters per convolution")
     parser.add_argument("--blocks", type=int, default=2, help="residual blocks")

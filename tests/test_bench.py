@@ -15,6 +15,7 @@ from IPython.core.error import UsageError
 from IPython.core.interactiveshell import InteractiveShell
 
 from jupyter_distrain import bench
+from jupyter_distrain.job import Job
 from jupyter_distrain.magics import DistributedMagics
 from jupyter_distrain.spec import SpecError
 from jupyter_distrain.store import list_job_dirs
@@ -28,7 +29,7 @@ def test_a_two_worker_bench_of_tf_and_ps_measures_every_configuration(jobs_root)
     settings = bench.BenchSettings(workers=2, backends=["tf", "ps"], ps=[1], **TINY)
     rows, out = bench.run(settings, progress=lines.append)
     got = {(r.backend, r.workers): r for r in rows}
-    assert set(got) == {("tf", 1), ("tf", 2), ("ps (1 ps)", 1), ("ps (1 ps)", 2)}
+    assert set(got) == {("tf", 1), ("tf", 2), ("ps async (1 ps)", 1), ("ps async (1 ps)", 2)}
     assert all(r.images_per_sec > 0 for r in rows)
     assert got[("tf", 1)].efficiency == 1.0
     expected = got[("tf", 2)].images_per_sec / (2 * got[("tf", 1)].images_per_sec)
@@ -45,6 +46,25 @@ def test_a_two_worker_bench_of_tf_and_ps_measures_every_configuration(jobs_root)
     table = bench.table(rows).splitlines()
     assert table[0].split() == ["backend", "workers", "images/sec", "efficiency"]
     assert [line.split()[0] for line in table[1:]] == ["ps", "ps", "tf", "tf"]
+
+
+def test_synchronous_parameter_servers_are_benched_with_the_seeds_program(jobs_root):
+    settings = bench.BenchSettings(workers=2, backends=["ps-sync"], ps=[1, 2], **TINY)
+    rows, _ = bench.run(settings, progress=lambda line: None)
+    assert sorted((r.backend, r.workers) for r in rows) == [
+        ("ps sync (1 ps)", 1),
+        ("ps sync (1 ps)", 2),
+        ("ps sync (2 ps)", 1),
+        ("ps sync (2 ps)", 2),
+    ]
+    assert all(r.images_per_sec > 0 for r in rows)
+    for row in rows:
+        job = Job.attach(row.job)
+        status = job.status()
+        roles = sorted(p.role for p in status.processes)
+        assert roles == ["ps"] * int(row.backend[9]) + ["worker"] * row.workers  # no chief
+        # the seed's contract, synchronously: TF1's SyncReplicasOptimizer in `run`
+        assert status.backend_info["seed_mode"] and "SyncReplicasOptimizer" in job.spec.code
 
 
 @pytest.mark.horovod
@@ -66,7 +86,7 @@ def test_the_command_line_benches_horovod_and_copies_the_results(jobs_root, tmp_
 @pytest.mark.parametrize(
     "flags, message",
     [
-        (["--backends", "horovod,nope"], "--backends: nope; choose from horovod, tf, ps"),
+        (["--backends", "horovod,nope"], "--backends: nope; choose from horovod, tf, ps, ps-sync"),
         (["--ps", "0"], "--ps needs counts >= 1"),
         (["--ps", "two"], "--ps must be comma-separated whole numbers"),
         (["--epochs", "1"], "--epochs must be >= 2"),

@@ -98,12 +98,16 @@ def test_seed_flow_notebook_runs_the_cml_api(jobs_root):
 @pytest.mark.horovod
 def test_bench_notebook_prints_a_row_per_backend_and_worker_count(jobs_root):
     table = _run("06-bench", jobs_root)[1]
-    rows = re.findall(r"^(horovod|tf|ps \(1 ps\))\s+(\d)\s+([\d,]+)\s+([\d.]+)$", table, re.M)
+    rows = re.findall(
+        r"^(horovod|tf|ps a?sync \(1 ps\))\s+(\d)\s+([\d,]+)\s+([\d.]+)$", table, re.M
+    )
     assert sorted((b, int(n)) for b, n, _, _ in rows) == [
         ("horovod", 1),
         ("horovod", 2),
-        ("ps (1 ps)", 1),
-        ("ps (1 ps)", 2),
+        ("ps async (1 ps)", 1),
+        ("ps async (1 ps)", 2),
+        ("ps sync (1 ps)", 1),
+        ("ps sync (1 ps)", 2),
         ("tf", 1),
         ("tf", 2),
     ], table
