@@ -4,7 +4,8 @@
 Backends, each with 2 workers, side by side in one run (rounds alternate the
 order): horovod (ring allreduce over Gloo), ps with 1 and with 2 parameter
 servers (ParameterServerStrategy: asynchronous, each step is one worker's batch),
-and tf (MultiWorkerMirroredStrategy: collective allreduce over gRPC). The
+ps-sync with 1 ps (the seed's TF1 program with SyncReplicasOptimizer), and tf
+(MultiWorkerMirroredStrategy: collective allreduce over gRPC). The
 figure is the job's aggregate images/sec after a warm-up epoch.
 
     .venv/bin/python benchmarks/backends_throughput.py [--rounds 2]
@@ -25,8 +26,9 @@ from jupyter_distrain import bench
 SETTINGS = bench.BenchSettings(workers=2, blocks=1, batch_size=64, steps=40, epochs=4)
 CONFIGS = {
     "horovod": ("horovod", 0),
-    "ps (1 ps)": ("ps", 1),
-    "ps (2 ps)": ("ps", 2),
+    "ps async (1 ps)": ("ps", 1),
+    "ps async (2 ps)": ("ps", 2),
+    "ps sync (1 ps)": ("ps-sync", 1),
     "tf": ("tf", 0),
 }
 
@@ -47,7 +49,7 @@ def main() -> int:
             order = list(CONFIGS) if i % 2 == 0 else list(reversed(CONFIGS))
             for name in order:
                 results[name].append(run_config(name))
-                print(f"round {i + 1} {name:<10} {results[name][-1]:8.1f} images/sec", flush=True)
+                print(f"round {i + 1} {name:<16} {results[name][-1]:8.1f} images/sec", flush=True)
     base = statistics.median(results["horovod"])
     print()
     print(f"{'backend (2 workers)':<22}{'images/sec':>12}{'vs horovod':>12}")
