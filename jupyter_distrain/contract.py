@@ -76,6 +76,9 @@ class Env:
     # "mpirun": such a rank leaves its output to mpirun (which tags it by rank), rather
     # than writing its own log file (on another host that file would stay there)
     RANK_OUTPUT = "JUPYTER_DISTRAIN_RANK_OUTPUT"
+    # "1": let AutoGraph convert Horovod's own functions, as TensorFlow does by default
+    # (user setting; a worker skips them otherwise: see worker/horovod_hook.py)
+    HOROVOD_AUTOGRAPH = "JUPYTER_DISTRAIN_HOROVOD_AUTOGRAPH"
     # the warm worker pool (user settings)
     POOL = "JUPYTER_DISTRAIN_POOL"  # "0" turns it off
     POOL_SIZE = "JUPYTER_DISTRAIN_POOL_SIZE"  # idle processes per pool, at most

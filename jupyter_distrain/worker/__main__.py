@@ -200,8 +200,10 @@ def main() -> int:
     mode = os.environ.get(Env.MODE, "train")
     if os.environ.get(Env.INSTRUMENT, "1") != "0" and channels.metrics and mode != "server":
         keras_hook.install()
-    if os.environ.get("HOROVOD_ELASTIC"):
-        horovod_hook.install()
+    horovod_hook.install(
+        elastic=bool(os.environ.get("HOROVOD_ELASTIC")),
+        autograph=os.environ.get(Env.HOROVOD_AUTOGRAPH) == "1",
+    )
     code = run_program(job, path, program, mode, rank)
     # Python gives SIGUSR1 back its default action while it shuts down: a checkpoint
     # request arriving then would kill the process that just checkpointed
