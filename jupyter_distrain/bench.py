@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from .contract import ProcessId
+from .launchflags import add_launcher_arguments, launcher_options
 from .spec import JobSpec, SpecError
 
 BACKENDS = ("horovod", "tf", "ps", "ps-sync")
@@ -165,6 +166,7 @@ class BenchSettings:
     steps: int = 20
     epochs: int = 3
     launcher: str = "local"
+    launcher_options: dict[str, Any] = field(default_factory=dict)  # hosts=, ray_address=...
     timeout: float = 600.0
 
     def validate(self) -> BenchSettings:
@@ -229,6 +231,7 @@ def run_one(settings: BenchSettings, backend: str, workers: int, ps: int) -> tup
         backend="ps" if backend in PS_BACKENDS else backend,
         launcher=settings.launcher,
         name="bench",
+        **settings.launcher_options,
     )
     job = submit(spec)
     state = job.wait(timeout=settings.timeout)
@@ -353,7 +356,8 @@ def add_arguments(parser: Any) -> None:
     parser.add_argument("--batch-size", type=int, default=32, help="images per worker step")
     parser.add_argument("--steps", type=int, default=20, help="steps per epoch")
     parser.add_argument("--epochs", type=int, default=3, help="epochs (the first warms up)")
-    parser.add_argument("--launcher", default="local")
+    parser.add_argument("--launcher", default="local", help="local, ssh or ray")
+    add_launcher_arguments(parser)
     parser.add_argument("--timeout", type=float, default=600.0, help="seconds per run")
 
 
@@ -364,7 +368,12 @@ def settings_from(args: argparse.Namespace) -> BenchSettings:
     except ValueError:
         raise SpecError(f"--ps must be comma-separated whole numbers, got {args.ps!r}") from None
     # the flags are named after the settings (--batch-size -> batch_size)
-    given = {f.name: getattr(args, f.name) for f in dataclasses.fields(BenchSettings)}
+    given = {
+        f.name: getattr(args, f.name)
+        for f in dataclasses.fields(BenchSettings)
+        if f.name != "launcher_options"
+    }
+    given["launcher_options"] = launcher_options(args)
     given["backends"] = [b.strip() for b in str(args.backends).split(",") if b.strip()]
     given["ps"] = ps
     return BenchSettings(**given).validate()

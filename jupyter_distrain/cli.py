@@ -20,12 +20,12 @@ def main(argv: list[str] | None = None) -> int:
     bench.add_arguments(command)
     command.add_argument("--out", default=None, help="also copy the results into this directory")
     args = parser.parse_args(argv)
-    try:
+    try:  # bad settings, or a launcher's pre-flight refusing the first run
         settings = bench.settings_from(args)
+        rows, results = bench.run(settings, progress=lambda line: print(line, flush=True))
     except SpecError as exc:
         print(f"jupyter-distrain bench: {exc}", file=sys.stderr)
         return 2
-    rows, results = bench.run(settings, progress=lambda line: print(line, flush=True))
     print(bench.table(rows))
     if args.out:
         out = Path(args.out)

@@ -21,6 +21,7 @@ from .cellcheck import elastic_warnings, undefined_names
 from .contract import ProcessId
 from .follow import follow, follow_async
 from .job import Job, JobFailed
+from .launchflags import launcher_arguments, launcher_options
 from .plugins import BACKENDS, LAUNCHERS, plugin_names
 from .spec import JobSpec, SpecError, parse_env_pairs, parse_names
 from .store import JobStatus
@@ -70,11 +71,11 @@ def _line_parser() -> MagicArgumentParser:
 
 
 def _bench(args: Any) -> list[bench.BenchRow]:
-    try:
+    try:  # bad settings, or a launcher's pre-flight refusing the first run
         settings = bench.settings_from(args)
+        rows, results = bench.run(settings, progress=lambda line: print(line, flush=True))
     except SpecError as exc:
         raise UsageError(str(exc)) from None
-    rows, results = bench.run(settings, progress=lambda line: print(line, flush=True))
     print(bench.table(rows))
     print(f"Saved in {results} (results.csv, results.json, chart.svg).")
     from IPython.display import SVG, display
@@ -174,23 +175,7 @@ class DistributedMagics(Magics):
         action="store_true",
         help="start every process cold, never from the warm pool",
     )
-    @argument("--hosts", default="", help="ssh launcher: host:slots,... or a hostfile")
-    @argument("--ssh-port", type=int, default=22, help="ssh launcher: the hosts' ssh port")
-    @argument("--ssh-user", default="", help="ssh launcher: the user on the hosts")
-    @argument("--ssh-identity", default="", metavar="FILE", help="ssh launcher: private key")
-    @argument("--ssh-known-hosts", default="", metavar="FILE", help="ssh launcher: known_hosts")
-    @argument(
-        "--ssh-accept-new-hosts",
-        action="store_true",
-        help="ssh launcher: accept and record the key of a host seen for the first time",
-    )
-    @argument("--remote-python", default="", help="ssh launcher: the interpreter on the hosts")
-    @argument("--network-interface", default="", help="ssh launcher: the interface to use")
-    @argument(
-        "--address",
-        default="",
-        help="ray launcher: the Ray cluster (host:port or ray://...; default a running one)",
-    )
+    @launcher_arguments()
     @argument(
         "--background", action="store_true", help="return a Job handle at once instead of waiting"
     )
@@ -247,15 +232,7 @@ class DistributedMagics(Magics):
                 stall_timeout=args.stall_timeout,
                 keras=args.keras,
                 pool=not args.no_pool,
-                hosts=args.hosts,
-                ssh_port=args.ssh_port,
-                ssh_user=args.ssh_user,
-                ssh_identity=args.ssh_identity,
-                ssh_known_hosts=args.ssh_known_hosts,
-                ssh_accept_new_hosts=args.ssh_accept_new_hosts,
-                remote_python=args.remote_python,
-                network_interface=args.network_interface,
-                ray_address=args.address,
+                **launcher_options(args),
             ).validate()
             self._warn_undefined(spec)
             for warning in elastic_warnings(spec.code):
