@@ -13,6 +13,8 @@ from pathlib import Path
 import pytest
 from IPython.core.error import UsageError
 from IPython.core.interactiveshell import InteractiveShell
+from multihost import ssh_cluster
+from raycluster import QUIET_RAY
 
 from jupyter_distrain import bench
 from jupyter_distrain.job import Job
@@ -91,6 +93,24 @@ def test_the_command_line_benches_horovod_and_copies_the_results(jobs_root, tmp_
         (["--ps", "two"], "--ps must be comma-separated whole numbers"),
         (["--epochs", "1"], "--epochs must be >= 2"),
         (["--workers", "0"], "--workers must be >= 1"),
+        # the launcher's flags reach its pre-flight, which refuses before the first run
+        (
+            ["--workers", "1", "--backends", "tf", "--launcher", "ssh"],
+            "--launcher ssh needs --hosts",
+        ),
+        (
+            [
+                "--workers",
+                "1",
+                "--backends",
+                "tf",
+                "--launcher",
+                "ssh",
+                "--hosts",
+                "nohost.invalid",
+            ],
+            "--hosts: host nohost.invalid: Could not resolve hostname",
+        ),
     ],
 )
 def test_bad_bench_settings_are_refused_before_anything_runs(jobs_root, flags, message):
@@ -103,3 +123,26 @@ def test_bad_bench_settings_are_refused_before_anything_runs(jobs_root, flags, m
     assert list_job_dirs(jobs_root) == []
     with pytest.raises(SpecError):
         bench.BenchSettings(backends=[]).validate()
+
+
+@pytest.mark.horovod
+def test_bench_runs_over_ssh_on_the_hosts_and_on_a_local_ray(jobs_root, tmp_path, monkeypatch):
+    for key, value in QUIET_RAY.items():
+        monkeypatch.setenv(key, value)
+    with ssh_cluster(tmp_path / "hosts") as hosts:
+        ssh = {k: v for k, v in hosts.options().items() if k != "launcher"}
+        over_ssh = bench.BenchSettings(
+            workers=2, backends=["horovod"], launcher="ssh", launcher_options=ssh, **TINY
+        )
+        ssh_rows, _ = bench.run(over_ssh, progress=lambda line: None)
+    on_ray = bench.BenchSettings(workers=2, backends=["horovod"], launcher="ray", **TINY)
+    ray_rows, out = bench.run(on_ray, progress=lambda line: None)
+    for rows, launcher in ((ssh_rows, "ssh"), (ray_rows, "ray")):
+        assert sorted(r.workers for r in rows) == [1, 2] and all(r.images_per_sec > 0 for r in rows)
+        for row in rows:
+            job = Job.attach(row.job)
+            assert job.spec.launcher == launcher
+            assert len(job.status().processes) == row.workers
+    two = Job.attach(next(r.job for r in ssh_rows if r.workers == 2)).status().processes
+    assert sorted(p.host for p in two) == ["jdh1", "jdh2"]  # one rank on each host
+    assert json.loads((out / "results.json").read_text())["settings"]["launcher"] == "ray"
