@@ -8,6 +8,7 @@ would have set. MPI mode runs one ``mpirun`` that starts every rank.
 from __future__ import annotations
 
 import importlib.util
+import ipaddress
 import os
 import shutil
 from collections import Counter
@@ -67,6 +68,16 @@ def bound_rendezvous(address: str) -> Any:
     return BoundRendezvousServer(verbose=0)
 
 
+def rendezvous_ports(address: str, port: int) -> dict[str, list[int]]:
+    """The rendezvous port as a port other hosts can reach: none when it listens on
+    loopback (the local launcher, a local Ray)."""
+    try:
+        loopback = ipaddress.ip_address(address).is_loopback
+    except ValueError:  # a host name
+        loopback = False
+    return {} if loopback else {"Horovod rendezvous": [port]}
+
+
 class RendezvousService(Services):
     """Horovod's rendezvous server, run in the supervisor for one Gloo job."""
 
@@ -106,7 +117,7 @@ class HorovodBackend(Backend):
 
             run = ElasticRun(slots, address, worker, timeout=int(self.spec.timeout))
             # its driver starts the processes
-            return Plan([], services=run, ports={"Horovod rendezvous": [run.port]})
+            return Plan([], services=run, ports=rendezvous_ports(address, run.port))
         from horovod.runner.common.util.hosts import get_host_assignments, parse_hosts
 
         assignments = get_host_assignments(parse_hosts(hosts_string(slots)), len(slots))
@@ -120,7 +131,7 @@ class HorovodBackend(Backend):
             )
             for slot, info in zip(slots, assignments, strict=True)
         ]
-        return Plan(procs, services=rendezvous, ports={"Horovod rendezvous": [rendezvous.port]})
+        return Plan(procs, services=rendezvous, ports=rendezvous_ports(address, rendezvous.port))
 
     def outcome(self, records: Sequence[ProcessRecord], ended: ProcessRecord) -> Outcome | None:
         if self.elastic:
