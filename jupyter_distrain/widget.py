@@ -274,12 +274,11 @@ class JobWidget(widgets.VBox):
         return bundle
 
     def snapshot_html(self) -> str:
-        """The dashboard as it is now, as plain HTML: header, table, chart and progress."""
-        done, _ = self.model.progress()
+        """The dashboard as last drawn, as plain HTML: header, table, chart and progress."""
         return (
             "<div class='jupyter-distrain-snapshot'>"
             f"<div>{self.header.value}</div>{self.table.value}{self.chart.value}"
-            f"<div>progress {done:.0%} &middot; <small>a snapshot of the job's widget "
+            f"<div>progress {self.bar.value:.0%} &middot; <small>a snapshot of the job's widget "
             f"(the live widget needs a running kernel)</small></div></div>"
         )
 
