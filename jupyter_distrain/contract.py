@@ -84,7 +84,6 @@ class Env:
     POOL_SIZE = "JUPYTER_DISTRAIN_POOL_SIZE"  # idle processes per pool, at most
     POOL_IDLE = "JUPYTER_DISTRAIN_POOL_IDLE"  # seconds a pool stays unused before it ends
     POOL_MEMORY = "JUPYTER_DISTRAIN_POOL_MEMORY"  # GiB all idle processes of a pool may hold
-    POOL_WARMUP = "JUPYTER_DISTRAIN_POOL_WARMUP"  # "1": pooled processes warm AutoGraph
 
 
 MODES = ("train", "server", "seed")

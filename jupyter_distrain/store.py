@@ -418,11 +418,6 @@ class JobDir:
         except (FileNotFoundError, ValueError, TypeError):
             return None
 
-    @property
-    def warmup_file(self) -> Path:
-        """What rank 0 converted to graph code (for the warm pool: ``pool.autograph``)."""
-        return self.path / "autograph.json"
-
     def socket_path(self, name: str) -> Path:
         """Where the supervisor's Unix socket ``name`` lives: in the job directory, or
         (a socket path must be short) in a private per-user runtime directory."""

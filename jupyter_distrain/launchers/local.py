@@ -321,4 +321,4 @@ class LocalLauncher(Launcher):
             # the next run of the same cell finds its processes imported and waiting
             per_job = kinds.per_job_names(self.spec.env)
             count = len(self._pooled_ids)
-            client.want(self.spec.pool_socket, count, self._pool_env, per_job, self.job.warmup_file)
+            client.want(self.spec.pool_socket, count, self._pool_env, per_job)

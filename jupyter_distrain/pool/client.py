@@ -159,12 +159,10 @@ def _ask(socket_path: str, body: dict[str, Any]) -> dict[str, Any] | None:
         return answer
 
 
-def want(
-    socket_path: str, count: int, env: dict[str, str], per_job: list[str], warmup: Path
-) -> None:
+def want(socket_path: str, count: int, env: dict[str, str], per_job: list[str]) -> None:
     """Ask the pool to keep ``count`` idle processes, imported with ``env`` but for the
-    ``per_job`` names (given at claim time), warmed with the conversions in ``warmup``."""
-    body = {"op": "want", "count": count, "env": env, "per_job": per_job, "warmup": str(warmup)}
+    ``per_job`` names (given at claim time)."""
+    body = {"op": "want", "count": count, "env": env, "per_job": per_job}
     try:
         _ask(socket_path, body)
     except (OSError, ValueError) as exc:

@@ -11,19 +11,14 @@ from __future__ import annotations
 
 import ctypes
 import importlib
-import json
 import os
 import signal
 import socket
 import sys
-from pathlib import Path
 from typing import Any
 
-from ..contract import Env
-from . import autograph, wire
+from . import wire
 from .kinds import PREIMPORTS
-
-WARMUP_FILE = "autograph.json"  # in the pool directory, the working directory here
 
 CLONE_NEWNET = 0x40000000
 _PR_SET_PDEATHSIG = 1
@@ -40,25 +35,12 @@ def _check(result: int, what: str) -> None:
 
 
 def preimport(kind: str) -> None:
-    """Import what every job of ``kind`` imports, and the worker bootstrap itself; with
-    ``JUPYTER_DISTRAIN_POOL_WARMUP=1``, also convert what the last job's first step
-    converted (``autograph.json``, left here by the keeper)."""
+    """Import what every job of ``kind`` imports, and the worker bootstrap itself."""
     for name in PREIMPORTS[kind]:
         importlib.import_module(name)
     if "tensorflow" in sys.modules:
         sys.modules["tensorflow"].keras.layers  # noqa: B018  (tf.keras is imported lazily)
     importlib.import_module("jupyter_distrain.worker.__main__")
-    # off by default: measured, it takes ~1.2 s off the first step but costs 3-4% of
-    # steps/sec afterwards (cause not found; docs/architecture.md)
-    if os.environ.get(Env.POOL_WARMUP, "0") != "1":
-        return
-    try:
-        entries = json.loads(Path(WARMUP_FILE).read_text())
-    except (OSError, ValueError):
-        return
-    if isinstance(entries, list):
-        done, skipped = autograph.replay(entries)
-        print(f"pooled pid {os.getpid()}: {done} conversions warmed, {skipped} skipped", flush=True)
 
 
 def enter_network(fd: int) -> None:

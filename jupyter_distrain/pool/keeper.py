@@ -41,7 +41,6 @@ from ..contract import Env
 from ..launchers.local import die_with_parent, signal_tree
 from ..store import write_atomic
 from . import wire
-from .idle import WARMUP_FILE
 from .kinds import PREIMPORTS, import_env
 
 log = logging.getLogger("jupyter_distrain.pool")
@@ -52,7 +51,6 @@ MIN_FREE_BYTES = 2 * 2**30
 CLAIM_SECONDS = 5.0  # a ready pooled process answers a claim within this
 WAIT_SECONDS = 8.0  # a claim waits this long for a process still importing
 TICK_SECONDS = 5.0  # the loop wakes on requests and on SIGCHLD; this is for expiry only
-MAX_WARMUP_BYTES = 4 << 20
 _PR_SET_CHILD_SUBREAPER = 36
 
 
@@ -310,20 +308,6 @@ class Keeper:
             self.env = env
         self.target = min(self.settings.size, max(0, count))
         self.error = ""
-        self._take_warmup(body.get("warmup"))
-
-    def _take_warmup(self, path: object) -> None:
-        """Keep the conversions the job recorded, for the processes started from now on."""
-        if not isinstance(path, str):
-            return
-        try:
-            with open(path, "rb") as f:
-                data = f.read(MAX_WARMUP_BYTES + 1)
-            entries = json.loads(data) if len(data) <= MAX_WARMUP_BYTES else None
-        except (OSError, ValueError):
-            return
-        if isinstance(entries, list) and all(isinstance(e, dict) for e in entries):
-            write_atomic(self.dir / WARMUP_FILE, json.dumps(entries))
 
     # --- the pool --------------------------------------------------------
     def _refill(self) -> None:

@@ -49,8 +49,7 @@ def import_env(env: Mapping[str, str], per_job: Collection[str] = ()) -> dict[st
     return {
         k: v
         for k, v in env.items()
-        if k == Env.POOL_WARMUP  # the pooled process reads it before any claim
-        or (k not in _PER_JOB_NAMES and k not in per_job and not k.startswith(_PER_JOB_PREFIXES))
+        if k not in _PER_JOB_NAMES and k not in per_job and not k.startswith(_PER_JOB_PREFIXES)
     }
 
 

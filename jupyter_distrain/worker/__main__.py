@@ -126,8 +126,6 @@ def run_program(job: JobDir, path: Path, program: CodeType, mode: str, rank: int
         # drop this bootstrap's own frame: the traceback starts in the user's program
         traceback.print_exception(type(exc), exc, exc.__traceback__.tb_next)
         return 1
-    if rank == 0 and job.read_spec().pool_socket:
-        _record_conversions(job)
     if rank == 0 and os.environ.get(Env.OUT):
         try:
             _save_result(job, namespace)
@@ -135,16 +133,6 @@ def run_program(job: JobDir, path: Path, program: CodeType, mode: str, rank: int
             print(f"jupyter_distrain: cannot send `result` back: {exc}", file=sys.stderr)
             return 1
     return 0
-
-
-def _record_conversions(job: JobDir) -> None:
-    """For the warm pool: what this run converted to graph code, to convert ahead next time."""
-    from ..pool import autograph
-
-    try:
-        autograph.record(job.warmup_file)
-    except Exception as exc:  # an optimisation, never a failure of the job
-        print(f"jupyter_distrain: not recording conversions: {exc}", file=sys.stderr)
 
 
 def _exit_code(code: object) -> int:
