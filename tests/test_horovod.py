@@ -96,6 +96,6 @@ def test_autograph_leaves_horovods_code_alone_unless_asked(
         # of its tf.functions (the optimizer's allreduce, the callback's broadcast)
         helpers = set(horovod.split(","))
         expected = {"_allreduce", "allreduce_grads", "broadcast_group"}
-        assert (helpers >= expected if horovod_converted else horovod == "-"), horovod
+        assert helpers >= expected if horovod_converted else horovod == "-", horovod
         assert int(keras) > 0
         assert in_step == "True"  # the allreduce kept both replicas' weights equal
