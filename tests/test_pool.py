@@ -19,7 +19,9 @@ from jupyter_distrain.timing import poll_until
 
 PROBE = """\
 import json, os, sys
+import tensorflow
 report = {
+    "env_names": sorted(os.environ),
     "pid": os.getpid(),
     "cwd": os.getcwd(),
     "netns": os.stat("/proc/self/ns/net").st_ino,
@@ -83,6 +85,9 @@ def test_a_rerun_takes_pooled_processes_that_behave_like_fresh_workers(pool_on, 
         assert report["main"].endswith("jupyter_distrain/worker/__main__.py")
         assert report["argv0"] == str(second.dir.train_file)
         assert not report["keeper_loaded"]
+        # the same names as a fresh worker's, including what importing TensorFlow set
+        assert report["env_names"] == _report(first, index)["env_names"]
+        assert "TF2_BEHAVIOR" in report["env_names"]
         # the job's private network namespace, not the keeper's (the host's)
         assert report["netns"] != os.stat("/proc/self/ns/net").st_ino
     assert _report(second, 0)["netns"] == _report(second, 1)["netns"]

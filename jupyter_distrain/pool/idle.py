@@ -34,13 +34,17 @@ def _check(result: int, what: str) -> None:
         raise OSError(errno, f"{what}: {os.strerror(errno)}")
 
 
-def preimport(kind: str) -> None:
-    """Import what every job of ``kind`` imports, and the worker bootstrap itself."""
+def preimport(kind: str) -> dict[str, str]:
+    """Import what every job of ``kind`` imports, and the worker bootstrap itself;
+    return what the imports set in the environment."""
+    before = dict(os.environ)
     for name in PREIMPORTS[kind]:
         importlib.import_module(name)
     if "tensorflow" in sys.modules:
         sys.modules["tensorflow"].keras.layers  # noqa: B018  (tf.keras is imported lazily)
     importlib.import_module("jupyter_distrain.worker.__main__")
+    # e.g. TensorFlow's TF2_BEHAVIOR=1: a cold worker has them once its program imports
+    return {k: v for k, v in os.environ.items() if before.get(k) != v}
 
 
 def enter_network(fd: int) -> None:
@@ -50,8 +54,9 @@ def enter_network(fd: int) -> None:
         _check(_libc().setns(fd, CLONE_NEWNET), "cannot join the job's network namespace")
 
 
-def become(claim: dict[str, Any], fds: list[int]) -> None:
-    """Take on the job's identity: log, network, environment, directory, CPUs."""
+def become(claim: dict[str, Any], fds: list[int], imported_env: dict[str, str]) -> None:
+    """Take on the job's identity: log, network, environment (with what the imports
+    set, ``imported_env``), directory, CPUs."""
     log = os.open(claim["log"], os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
     sys.stdout.flush()
     sys.stderr.flush()
@@ -63,6 +68,7 @@ def become(claim: dict[str, Any], fds: list[int]) -> None:
         os.close(fd)
     os.environ.clear()
     os.environ.update(claim["env"])
+    os.environ.update(imported_env)
     cwd = claim.get("cwd") or os.getcwd()
     os.chdir(cwd)
     sys.path[0] = cwd  # what ``python -m`` puts first
@@ -78,7 +84,7 @@ def main(argv: list[str]) -> int:
     fd, kind = int(argv[0]), argv[1]
     _libc().prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
     sock = socket.socket(fileno=fd)
-    preimport(kind)
+    imported_env = preimport(kind)
     wire.send(sock, {"ready": True})
     try:
         claim, fds = wire.receive(sock)
@@ -87,7 +93,7 @@ def main(argv: list[str]) -> int:
     if claim is None:
         return 0  # the keeper let us go
     try:
-        become(claim, fds)
+        become(claim, fds, imported_env)
     except (OSError, KeyError, TypeError) as exc:
         wire.send(sock, {"error": str(exc)})
         return 3
