@@ -66,9 +66,12 @@ def become(claim: dict[str, Any], fds: list[int], imported_env: dict[str, str]) 
     for fd in fds:
         enter_network(fd)
         os.close(fd)
-    os.environ.clear()
-    os.environ.update(claim["env"])
-    os.environ.update(imported_env)
+    env = {**claim["env"], **imported_env}
+    for name in [k for k in os.environ if k not in env]:
+        del os.environ[name]
+    for name, value in env.items():
+        if os.environ.get(name) != value:
+            os.environ[name] = value
     cwd = claim.get("cwd") or os.getcwd()
     os.chdir(cwd)
     sys.path[0] = cwd  # what ``python -m`` puts first
