@@ -20,7 +20,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from jupyter_distrain import bench
+from jupyter_distrain.client import bench
 
 # the product's bench model (a small ResNet), 2 workers, a warm-up epoch then 3 timed
 SETTINGS = bench.BenchSettings(workers=2, blocks=1, batch_size=64, steps=40, epochs=4)

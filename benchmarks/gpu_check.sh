@@ -20,7 +20,7 @@ nvidia-smi --query-gpu=index,name,memory.total --format=csv,noheader
 PYTHONUNBUFFERED=1 JUPYTER_DISTRAIN_ROOT=$(mktemp -d) $py - <<'PY'
 import json
 from jupyter_distrain import JobSpec, submit
-from jupyter_distrain.contract import ProcessId
+from jupyter_distrain.contract.process import ProcessId
 from jupyter_distrain.launchers import gpus
 
 workers = min(2, len(gpus.discover()))

@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 
 from jupyter_distrain import JobSpec, submit
-from jupyter_distrain.contract import ProcessId
+from jupyter_distrain.contract.process import ProcessId
 
 SCRIPT = """
 import time
@@ -66,9 +66,9 @@ def direct_cost_per_step(steps: int = 50_000) -> float:
     noisy 2-core machine)."""
     import keras
 
-    from jupyter_distrain.contract import Env
-    from jupyter_distrain.metrics import Collector
-    from jupyter_distrain.store import ControlInfo, JobDir
+    from jupyter_distrain.contract.metrics import Collector
+    from jupyter_distrain.contract.process import Env
+    from jupyter_distrain.contract.store import ControlInfo, JobDir
     from jupyter_distrain.worker import keras_hook
 
     with tempfile.TemporaryDirectory() as tmp:

@@ -109,8 +109,8 @@ def wait_for_pool(processes: int = 2, timeout: float = 120.0) -> None:
 
 
 def run_distributed(shell, code: str, flags: str = "") -> tuple[float, float]:
-    from jupyter_distrain.contract import ProcessId
-    from jupyter_distrain.job import Job
+    from jupyter_distrain.client.job import Job
+    from jupyter_distrain.contract.process import ProcessId
 
     started = time.time()
     with open(os.devnull, "w") as devnull:

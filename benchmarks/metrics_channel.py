@@ -17,8 +17,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from jupyter_distrain.contract import ProcessId
-from jupyter_distrain.metrics import Collector, Reporter
+from jupyter_distrain.contract.metrics import Collector, Reporter
+from jupyter_distrain.contract.process import ProcessId
 
 SECRET = "benchmark-secret"
 

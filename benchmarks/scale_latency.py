@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 
 from jupyter_distrain import JobSpec, submit
-from jupyter_distrain.contract import ProcessId
+from jupyter_distrain.contract.process import ProcessId
 from jupyter_distrain.timing import poll_until
 
 KERAS = """

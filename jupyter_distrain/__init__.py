@@ -10,39 +10,43 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
+from . import _moved
+
 if TYPE_CHECKING:
-    from .api import run, submit
-    from .instrument import (
+    from .client.api import run, submit
+    from .client.cml import await_workers, launch_workers, run_cluster, stop_workers
+    from .client.job import Job, JobFailed
+    from .contract.spec import JobSpec, SpecError
+    from .worker.instrument import (
         CHECKPOINT_EXIT,
         checkpoint_dir,
         report,
         should_checkpoint,
         timed_step,
     )
-    from .job import Job, JobFailed
-    from .spec import JobSpec, SpecError
-    from .strategy import strategy
-    from .workers import await_workers, launch_workers, run_cluster, stop_workers
+    from .worker.strategy import strategy
 
 __version__ = "0.1.0"
 
+_moved.install()
+
 _WHERE = {
-    "run": "api",
-    "submit": "api",
-    "CHECKPOINT_EXIT": "instrument",
-    "checkpoint_dir": "instrument",
-    "report": "instrument",
-    "should_checkpoint": "instrument",
-    "timed_step": "instrument",
-    "Job": "job",
-    "JobFailed": "job",
-    "JobSpec": "spec",
-    "SpecError": "spec",
-    "strategy": "strategy",
-    "await_workers": "workers",
-    "launch_workers": "workers",
-    "run_cluster": "workers",
-    "stop_workers": "workers",
+    "run": "client.api",
+    "submit": "client.api",
+    "CHECKPOINT_EXIT": "worker.instrument",
+    "checkpoint_dir": "worker.instrument",
+    "report": "worker.instrument",
+    "should_checkpoint": "worker.instrument",
+    "timed_step": "worker.instrument",
+    "Job": "client.job",
+    "JobFailed": "client.job",
+    "JobSpec": "contract.spec",
+    "SpecError": "contract.spec",
+    "strategy": "worker.strategy",
+    "await_workers": "client.cml",
+    "launch_workers": "client.cml",
+    "run_cluster": "client.cml",
+    "stop_workers": "client.cml",
 }
 __all__ = [
     "CHECKPOINT_EXIT",
@@ -80,7 +84,7 @@ def __dir__() -> list[str]:
 
 def load_ipython_extension(ipython: Any) -> None:
     """``%load_ext jupyter_distrain``: register ``%%distributed`` and ``%distributed``."""
-    from .magics import register
+    from .client.magics import register
 
     register(ipython)
 

@@ -1,5 +1,5 @@
 """``jupyter-distrain`` (also ``jupyter distrain``): the command line. ``bench`` runs the
-backend comparison (:mod:`jupyter_distrain.bench`) and writes its table, CSV, JSON and
+backend comparison (:mod:`jupyter_distrain.client.bench`) and writes its table, CSV, JSON and
 chart (SVG)."""
 
 from __future__ import annotations
@@ -9,8 +9,8 @@ import shutil
 import sys
 from pathlib import Path
 
-from . import bench
-from .spec import SpecError
+from .client import bench
+from .contract.spec import SpecError
 
 
 def main(argv: list[str] | None = None) -> int:

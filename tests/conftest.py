@@ -12,8 +12,8 @@ import psutil
 import pytest
 from jupyter_client.manager import KernelManager
 
-from jupyter_distrain.job import Job
-from jupyter_distrain.store import JobDir, list_job_dirs
+from jupyter_distrain.client.job import Job
+from jupyter_distrain.contract.store import JobDir, list_job_dirs
 
 
 @pytest.fixture(autouse=True)

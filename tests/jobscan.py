@@ -12,7 +12,7 @@ from pathlib import Path
 
 import psutil
 
-from jupyter_distrain.contract import Env
+from jupyter_distrain.contract.process import Env
 
 
 def processes_of(job_path: Path) -> list[psutil.Process]:

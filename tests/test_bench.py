@@ -16,11 +16,11 @@ from IPython.core.interactiveshell import InteractiveShell
 from multihost import ssh_cluster
 from raycluster import QUIET_RAY
 
-from jupyter_distrain import bench
-from jupyter_distrain.job import Job
-from jupyter_distrain.magics import DistributedMagics
-from jupyter_distrain.spec import SpecError
-from jupyter_distrain.store import list_job_dirs
+from jupyter_distrain.client import bench
+from jupyter_distrain.client.job import Job
+from jupyter_distrain.client.magics import DistributedMagics
+from jupyter_distrain.contract.spec import SpecError
+from jupyter_distrain.contract.store import list_job_dirs
 
 TINY = {"image_size": 8, "width": 4, "blocks": 1, "batch_size": 8, "steps": 5, "epochs": 2}
 CLI = str(Path(sys.executable).with_name("jupyter-distrain"))

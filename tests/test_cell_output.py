@@ -6,9 +6,9 @@ from __future__ import annotations
 import io
 
 from jupyter_distrain import JobSpec, submit
-from jupyter_distrain.contract import ProcessId
-from jupyter_distrain.follow import follow
-from jupyter_distrain.output import CellOutput, as_terminal_shows
+from jupyter_distrain.client.follow import follow
+from jupyter_distrain.client.output import CellOutput, as_terminal_shows
+from jupyter_distrain.contract.process import ProcessId
 
 # what Keras 2's Progbar writes for one epoch of 3 steps (backspaces, then \r, padding)
 BAR = (

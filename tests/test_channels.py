@@ -12,8 +12,8 @@ import pytest
 import zmq
 from conftest import wait_for
 
-from jupyter_distrain import control
-from jupyter_distrain.metrics import Collector, Reporter, seal
+from jupyter_distrain.contract import control
+from jupyter_distrain.contract.metrics import Collector, Reporter, seal
 
 
 @pytest.fixture

@@ -12,14 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from jupyter_distrain.contract import ProcessId
-from jupyter_distrain.follow import LogTail, follow, follow_async, steps
-from jupyter_distrain.job import Job, JobFailed, JobInterrupted
-from jupyter_distrain.magics import DistributedMagics, async_cell
-from jupyter_distrain.spec import JobSpec
-from jupyter_distrain.store import JobDir, JobStatus, ProcessRecord
-from jupyter_distrain.tail import MAX_PARTIAL_BYTES, LineReader, last_lines
-from jupyter_distrain.widget import (
+from jupyter_distrain.client.follow import LogTail, follow, follow_async, steps
+from jupyter_distrain.client.job import Job, JobFailed, JobInterrupted
+from jupyter_distrain.client.magics import DistributedMagics, async_cell
+from jupyter_distrain.client.widget import (
     JobModel,
     JobWidget,
     aggregate_images_per_sec,
@@ -28,6 +24,10 @@ from jupyter_distrain.widget import (
     stragglers,
     time_to_first_step,
 )
+from jupyter_distrain.contract.process import ProcessId
+from jupyter_distrain.contract.spec import JobSpec
+from jupyter_distrain.contract.store import JobDir, JobStatus, ProcessRecord
+from jupyter_distrain.contract.tail import MAX_PARTIAL_BYTES, LineReader, last_lines
 
 
 def record(index: int, state: str = "running", role: str = "worker", **fields) -> ProcessRecord:
@@ -411,7 +411,7 @@ def test_job_status_round_trips_through_json():
 
 
 def test_an_elastic_state_that_cannot_take_a_joining_worker_is_warned_about():
-    from jupyter_distrain.cellcheck import elastic_warnings
+    from jupyter_distrain.contract.cellcheck import elastic_warnings
 
     assert elastic_warnings("state = hvd.elastic.TensorFlowKerasState(model, opt)") == []
     (warning,) = elastic_warnings("state = hvd.elastic.TensorFlowState(model.variables)")
@@ -419,7 +419,7 @@ def test_an_elastic_state_that_cannot_take_a_joining_worker_is_warned_about():
 
 
 def test_images_per_sec_is_a_windowed_rate_that_ranks_in_lock_step_share():
-    from jupyter_distrain.instrument import RateWindow
+    from jupyter_distrain.worker.instrument import RateWindow
 
     # two ranks in lock-step: each step one waits in the allreduce, alternating
     fast, slow = RateWindow(), RateWindow()

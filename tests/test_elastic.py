@@ -13,7 +13,7 @@ from jobscan import processes_of
 from test_metrics_widget import ELASTIC
 
 from jupyter_distrain import JobSpec, submit
-from jupyter_distrain.contract import ProcessId
+from jupyter_distrain.contract.process import ProcessId
 
 # The cell of the issue, verbatim: Horovod's elastic Keras example.
 pytestmark = pytest.mark.horovod  # needs Horovod: not run on current TensorFlow

@@ -7,9 +7,9 @@ from __future__ import annotations
 import pytest
 
 from jupyter_distrain import JobSpec, SpecError, submit
-from jupyter_distrain.contract import ProcessId
+from jupyter_distrain.contract.process import ProcessId
+from jupyter_distrain.contract.store import list_job_dirs
 from jupyter_distrain.launchers import gpus
-from jupyter_distrain.store import list_job_dirs
 
 PRINT_DEVICES = "import os\nprint('devices', repr(os.environ.get('CUDA_VISIBLE_DEVICES')))\n"
 

@@ -17,19 +17,19 @@ import pytest
 from conftest import wait_for
 
 from jupyter_distrain import JobSpec, SpecError, submit
-from jupyter_distrain.contract import Env, ProcessId
-from jupyter_distrain.follow import follow
-from jupyter_distrain.job import Job
-from jupyter_distrain.launchers.base import ProcessSpec
-from jupyter_distrain.launchers.local import LocalLauncher
-from jupyter_distrain.store import (
+from jupyter_distrain.client.follow import follow
+from jupyter_distrain.client.job import Job
+from jupyter_distrain.client.widget import JobModel, JobWidget
+from jupyter_distrain.contract.process import Env, ProcessId
+from jupyter_distrain.contract.store import (
     JobDir,
     JobStatus,
     UnsafeJobDirectory,
     find_job_dir,
     list_job_dirs,
 )
-from jupyter_distrain.widget import JobModel, JobWidget
+from jupyter_distrain.launchers.base import ProcessSpec
+from jupyter_distrain.launchers.local import LocalLauncher
 
 W0 = ProcessId("worker", 0)
 

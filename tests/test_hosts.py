@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from jupyter_distrain.launchers.hosts import HostSlots, parse_hosts
-from jupyter_distrain.launchers.ssh_session import SshOptions, explain
-from jupyter_distrain.spec import JobSpec, SpecError
+from jupyter_distrain.contract.spec import JobSpec, SpecError
+from jupyter_distrain.launchers.ssh.hosts import HostSlots, parse_hosts
+from jupyter_distrain.launchers.ssh.session import SshOptions, explain
 
 
 def test_hosts_from_the_flag_and_from_a_hostfile(tmp_path):

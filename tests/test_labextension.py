@@ -11,8 +11,8 @@ import pytest
 from IPython.core.error import UsageError
 from IPython.core.interactiveshell import InteractiveShell
 
-from jupyter_distrain import api
-from jupyter_distrain.magics import DistributedMagics
+from jupyter_distrain.client import api
+from jupyter_distrain.client.magics import DistributedMagics
 
 CASES = Path(__file__).parent.parent / "labextension/src/__tests__/validation-cases.json"
 

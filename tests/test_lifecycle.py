@@ -15,8 +15,8 @@ import time
 import pytest
 from conftest import job_pids, only_job, running, wait_for
 
-from jupyter_distrain.contract import ProcessId
-from jupyter_distrain.store import list_job_dirs
+from jupyter_distrain.contract.process import ProcessId
+from jupyter_distrain.contract.store import list_job_dirs
 
 
 def test_syntax_error_is_reported_with_the_cell_line_and_launches_nothing(kernel, jobs_root):

@@ -12,10 +12,10 @@ import pytest
 from conftest import only_job, wait_for
 
 from jupyter_distrain import JobSpec, submit
-from jupyter_distrain.contract import ProcessId
-from jupyter_distrain.follow import follow
-from jupyter_distrain.store import JobStatus
-from jupyter_distrain.widget import JobModel, JobWidget, TextSummary
+from jupyter_distrain.client.follow import follow
+from jupyter_distrain.client.widget import JobModel, JobWidget, TextSummary
+from jupyter_distrain.contract.process import ProcessId
+from jupyter_distrain.contract.store import JobStatus
 
 KERAS_FIT = """\
 import numpy as np

@@ -15,8 +15,8 @@ import pytest
 from multihost import ssh_cluster
 from raycluster import QUIET_RAY
 
-from jupyter_distrain.job import Job
-from jupyter_distrain.store import list_job_dirs
+from jupyter_distrain.client.job import Job
+from jupyter_distrain.contract.store import list_job_dirs
 
 NOTEBOOK = Path(__file__).parent.parent / "notebooks" / "01-quickstart.ipynb"
 

@@ -24,11 +24,11 @@ from jobscan import processes_naming as job_processes
 from raycluster import HEAD_ADDRESS, QUIET_RAY, RayCluster, ray_cluster
 from test_tf_backends import SEED_PROGRAM
 
-from jupyter_distrain import api
-from jupyter_distrain.contract import ProcessId
-from jupyter_distrain.job import Job
-from jupyter_distrain.spec import JobSpec, SpecError
-from jupyter_distrain.store import list_job_dirs
+from jupyter_distrain.client import api
+from jupyter_distrain.client.job import Job
+from jupyter_distrain.contract.process import ProcessId
+from jupyter_distrain.contract.spec import JobSpec, SpecError
+from jupyter_distrain.contract.store import list_job_dirs
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="network namespaces need root")
 
@@ -337,8 +337,8 @@ def _log(job: Job, index: int) -> str:
 
 COUNTING = """\
 import os, sys, time
-from jupyter_distrain.contract import CHECKPOINT_EXIT
-from jupyter_distrain.instrument import checkpoint_dir, should_checkpoint
+from jupyter_distrain.contract.process import CHECKPOINT_EXIT
+from jupyter_distrain import checkpoint_dir, should_checkpoint
 saved = checkpoint_dir() / "step"
 start = int(saved.read_text()) if saved.exists() else 0
 rank = os.environ["JUPYTER_DISTRAIN_RANK"]

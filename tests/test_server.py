@@ -14,9 +14,9 @@ import psutil
 import pytest
 from tornado.httpclient import HTTPClientError
 
-from jupyter_distrain import api
-from jupyter_distrain.job import Job
-from jupyter_distrain.spec import JobSpec
+from jupyter_distrain.client import api
+from jupyter_distrain.client.job import Job
+from jupyter_distrain.contract.spec import JobSpec
 
 pytest_plugins = ["pytest_jupyter.jupyter_server"]
 

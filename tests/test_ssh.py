@@ -21,13 +21,13 @@ from multihost import SSH_PORT, SshCluster, ssh_cluster
 from test_metrics_widget import KERAS_FIT
 from test_tf_backends import SEED_PROGRAM
 
-from jupyter_distrain import api
-from jupyter_distrain.contract import ProcessId
-from jupyter_distrain.job import Job
-from jupyter_distrain.spec import JobSpec, SpecError
-from jupyter_distrain.store import list_job_dirs
-from jupyter_distrain.widget import JobWidget
-from jupyter_distrain.workers import run_cluster
+from jupyter_distrain.client import api
+from jupyter_distrain.client.cml import run_cluster
+from jupyter_distrain.client.job import Job
+from jupyter_distrain.client.widget import JobWidget
+from jupyter_distrain.contract.process import ProcessId
+from jupyter_distrain.contract.spec import JobSpec, SpecError
+from jupyter_distrain.contract.store import list_job_dirs
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="network namespaces need root")
 

@@ -10,8 +10,8 @@ import time
 
 from conftest import job_pids, only_job, running, wait_for
 
-from jupyter_distrain.contract import ProcessId
-from jupyter_distrain.store import list_job_dirs
+from jupyter_distrain.contract.process import ProcessId
+from jupyter_distrain.contract.store import list_job_dirs
 
 DIGITS = """\
 import numpy as np

@@ -7,9 +7,9 @@ import json
 import pytest
 from IPython.core.interactiveshell import InteractiveShell
 
-from jupyter_distrain.cellcheck import check_syntax, undefined_names
-from jupyter_distrain.spec import JobSpec, SpecError, parse_env_pairs, parse_names
-from jupyter_distrain.store import JobDir
+from jupyter_distrain.contract.cellcheck import check_syntax, undefined_names
+from jupyter_distrain.contract.spec import JobSpec, SpecError, parse_env_pairs, parse_names
+from jupyter_distrain.contract.store import JobDir
 
 
 @pytest.mark.parametrize(

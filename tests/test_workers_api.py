@@ -16,10 +16,10 @@ from jupyter_distrain import (
     stop_workers,
     submit,
 )
-from jupyter_distrain.contract import ProcessId
-from jupyter_distrain.job import Job, JobFailed
-from jupyter_distrain.spec import SpecError
-from jupyter_distrain.store import list_job_dirs
+from jupyter_distrain.client.job import Job, JobFailed
+from jupyter_distrain.contract.process import ProcessId
+from jupyter_distrain.contract.spec import SpecError
+from jupyter_distrain.contract.store import list_job_dirs
 
 
 def test_await_workers_reports_running_workers_and_failures(jobs_root, tmp_path):

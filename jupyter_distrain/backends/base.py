@@ -15,12 +15,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, ClassVar, Protocol
 
-from ..contract import ProcessId
+from ..contract.process import ProcessId
 
 if TYPE_CHECKING:
+    from ..contract.spec import JobSpec
+    from ..contract.store import ProcessRecord
     from ..launchers.base import LaunchedProcess, Launcher, ProcessSpec, Slot
-    from ..spec import JobSpec
-    from ..store import ProcessRecord
 
 
 @dataclass(frozen=True)

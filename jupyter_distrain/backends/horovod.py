@@ -16,11 +16,11 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from ..cellcheck import resizes_in_place
-from ..contract import Env, ProcessId
+from ..contract.cellcheck import resizes_in_place
+from ..contract.process import Env, ProcessId
+from ..contract.store import ProcessRecord
 from ..frameworks import horovod_missing_reason
 from ..launchers.base import Launcher, ProcessSpec, Slot
-from ..store import ProcessRecord
 from .base import Backend, Outcome, Plan, Services, WorkerCommand
 
 

@@ -16,7 +16,7 @@ import threading
 import time
 from typing import Any
 
-from ..contract import ProcessId
+from ..contract.process import ProcessId
 from ..launchers.base import LaunchedProcess, Slot
 from .base import JobHost, Services, WorkerCommand
 from .horovod import bound_rendezvous, gloo_rank_env

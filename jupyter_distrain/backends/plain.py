@@ -9,9 +9,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from ..contract import ProcessId
+from ..contract.process import ProcessId
+from ..contract.store import ProcessRecord
 from ..launchers.base import Launcher, Slot
-from ..store import ProcessRecord
 from .base import Backend, Outcome, Plan, WorkerCommand, failed_first, first_failure
 
 

@@ -16,10 +16,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from ..cellcheck import defines_seed_run
-from ..contract import Env, ProcessId
+from ..contract.cellcheck import defines_seed_run
+from ..contract.process import Env, ProcessId
+from ..contract.store import ProcessRecord
 from ..launchers.base import Launcher, Slot
-from ..store import ProcessRecord
 from .base import Backend, Outcome, Plan, WorkerCommand, failed_first
 from .tf_config import (
     assign_roles,

@@ -6,7 +6,7 @@ import importlib.util
 import json
 from collections.abc import Sequence
 
-from ..contract import ProcessId
+from ..contract.process import ProcessId
 from ..launchers.base import Launcher, ProcessSpec, Slot
 from .base import WorkerCommand
 

@@ -16,11 +16,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, ClassVar
 
-from ..contract import ProcessId
+from ..contract.process import ProcessId
 
 if TYPE_CHECKING:
-    from ..spec import JobSpec
-    from ..store import JobDir, JobStatus
+    from ..contract.spec import JobSpec
+    from ..contract.store import JobDir, JobStatus
     from .gpus import GpuUsage
 
 

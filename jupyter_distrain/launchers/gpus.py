@@ -14,8 +14,8 @@ import subprocess
 from dataclasses import dataclass
 from typing import Any
 
-from ..contract import ProcessId
-from ..spec import JobSpec, SpecError
+from ..contract.process import ProcessId
+from ..contract.spec import JobSpec, SpecError
 
 NO_GPU_ROLES = frozenset({"ps"})
 

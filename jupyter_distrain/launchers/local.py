@@ -16,9 +16,9 @@ from typing import Any
 
 import psutil
 
-from ..contract import ProcessId
-from ..spec import JobSpec, SpecError
-from ..store import JobStatus
+from ..contract.process import ProcessId
+from ..contract.spec import JobSpec, SpecError
+from ..contract.store import JobStatus
 from . import gpus
 from .base import LaunchedProcess, Launcher, ProcessSpec, Slot
 from .isolation import private_network

@@ -26,8 +26,8 @@ from typing import Any
 
 import psutil
 
+from ..contract.store import MAX_SOCKET_PATH, check_private, jobs_root
 from ..launchers.local import KnownProcess, same_process
-from ..store import MAX_SOCKET_PATH, check_private, jobs_root
 from . import wire
 from .kinds import pool_name
 

@@ -37,9 +37,9 @@ from typing import Any
 
 import psutil
 
-from ..contract import Env
+from ..contract.process import Env
+from ..contract.store import write_atomic
 from ..launchers.local import die_with_parent, signal_tree
-from ..store import write_atomic
 from . import wire
 from .kinds import PREIMPORTS, import_env
 

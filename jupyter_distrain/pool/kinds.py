@@ -14,7 +14,7 @@ import hashlib
 import sys
 from collections.abc import Collection, Mapping
 
-from ..contract import Env
+from ..contract.process import Env
 
 # backend -> the kind of pooled process that serves it
 KIND_OF_BACKEND = {"horovod": "horovod", "tf": "tensorflow", "ps": "tensorflow"}

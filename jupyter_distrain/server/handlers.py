@@ -15,10 +15,10 @@ from jupyter_server.base.handlers import APIHandler
 from jupyter_server.utils import url_path_join
 from tornado import web
 
-from ..contract import ProcessId
-from ..job import Job
-from ..store import JOB_ID_RE, find_job_dir, list_job_dirs
-from ..tail import LineReader, last_lines
+from ..client.job import Job
+from ..contract.process import ProcessId
+from ..contract.store import JOB_ID_RE, find_job_dir, list_job_dirs
+from ..contract.tail import LineReader, last_lines
 from .models import job_model
 
 MAX_TAIL_LINES = 5000

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..job import Job
-from ..store import ProcessRecord, aggregate_images_per_sec
+from ..client.job import Job
+from ..contract.store import ProcessRecord, aggregate_images_per_sec
 
 PROCESS_FIELDS = (
     "role",

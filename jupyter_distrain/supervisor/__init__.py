@@ -19,8 +19,8 @@ import socket
 import sys
 
 from ..backends.base import WorkerCommand
+from ..contract.store import JobDir
 from ..plugins import LAUNCHERS, load_plugin
-from ..store import JobDir
 from . import warden
 from .channels import Channels
 from .core import Supervisor

@@ -7,10 +7,10 @@ import os
 import secrets
 from typing import Any
 
-from .. import control, metrics
-from ..contract import BYE, HELLO, Env, ProcessId, WorkerChannels
-from ..spec import JobSpec
-from ..store import ControlInfo, JobDir
+from ..contract import control, metrics
+from ..contract.process import BYE, HELLO, Env, ProcessId, WorkerChannels
+from ..contract.spec import JobSpec
+from ..contract.store import ControlInfo, JobDir
 from .events import Bye, Hello, Inbox, Metric, ScaleRequested, StopProcesses, StopRequested
 
 ANSWER_SECONDS = 30.0  # how long a client's request waits for the loop

@@ -16,11 +16,11 @@ from collections.abc import Callable
 from typing import Any
 
 from ..backends.base import WorkerCommand
-from ..contract import ProcessId
+from ..contract.process import ProcessId
+from ..contract.store import FINAL_STATES, JobDir, JobStatus
+from ..contract.tail import last_lines
 from ..launchers.base import LaunchedProcess, ProcessSpec
 from ..plugins import load_plugin
-from ..store import FINAL_STATES, JobDir, JobStatus
-from ..tail import last_lines
 from . import events as ev
 from .generation import Generation
 from .outcomes import ProcessEvents

@@ -9,7 +9,7 @@ from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from ..contract import ProcessId
+from ..contract.process import ProcessId
 
 if TYPE_CHECKING:
     from ..launchers.base import LaunchedProcess, ProcessSpec

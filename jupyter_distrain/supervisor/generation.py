@@ -9,11 +9,11 @@ import threading
 from collections.abc import Callable
 
 from ..backends.base import Backend, JobHost, Plan, WorkerCommand
-from ..contract import ProcessId, identity_env
+from ..contract.process import ProcessId, identity_env
+from ..contract.spec import JobSpec
+from ..contract.store import JobDir
 from ..launchers.base import LaunchedProcess, Launcher, ProcessSpec
 from ..plugins import BACKENDS, LAUNCHERS, load_plugin
-from ..spec import JobSpec
-from ..store import JobDir
 from .events import Exited
 from .table import Entry, ProcessTable, record_exit
 from .termination import terminate

@@ -7,9 +7,9 @@ import logging
 import time
 from typing import TYPE_CHECKING, Any
 
-from ..contract import ProcessId, metric_number
+from ..contract.process import ProcessId, metric_number
+from ..contract.store import ProcessRecord
 from ..launchers.base import LaunchedProcess
-from ..store import ProcessRecord
 from .table import record_exit
 
 if TYPE_CHECKING:

@@ -12,8 +12,8 @@ import signal
 import time
 from typing import TYPE_CHECKING
 
-from ..contract import CHECKPOINT_EXIT
-from ..store import ProcessRecord
+from ..contract.process import CHECKPOINT_EXIT
+from ..contract.store import ProcessRecord
 from ..timing import Deadline
 
 if TYPE_CHECKING:

@@ -6,9 +6,9 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 
-from ..contract import ProcessId
+from ..contract.process import ProcessId
+from ..contract.store import ProcessRecord
 from ..launchers.base import LaunchedProcess
-from ..store import ProcessRecord
 
 
 @dataclass

@@ -22,7 +22,7 @@ import time
 
 import psutil
 
-from ..store import JobDir
+from ..contract.store import JobDir
 
 log = logging.getLogger(__name__)
 

@@ -25,10 +25,11 @@ from pathlib import Path
 from types import CodeType
 from typing import Any
 
-from .. import contract, control, instrument, metrics
-from ..contract import Env, ProcessId, WorkerChannels
-from ..store import JobDir
-from . import horovod_hook, keras_hook
+from ..contract import control, metrics
+from ..contract import process as contract
+from ..contract.process import Env, ProcessId, WorkerChannels
+from ..contract.store import JobDir
+from . import horovod_hook, instrument, keras_hook
 
 
 def _redirect_output(path: Path) -> None:

@@ -27,10 +27,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-from .. import instrument
-from ..contract import Env, WorkerChannels, rank_from
-from ..metrics import reporter
-from ..store import JobDir
+from ..contract.metrics import reporter
+from ..contract.process import Env, WorkerChannels, rank_from
+from ..contract.store import JobDir
+from . import instrument
 from .patching import patch_on_import
 
 # Where each Keras defines Model.fit: (module, class, the package whose callbacks to use)

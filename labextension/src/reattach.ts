@@ -1,6 +1,6 @@
 /**
  * The job a `%%distributed` cell started, kept in the cell's metadata
- * (`jupyter_distrain.job`, from the magic's "Job ID: ..." line); when a notebook opens
+ * (`jupyter_distrain.client.job`, from the magic's "Job ID: ..." line); when a notebook opens
  * with a cell whose job still runs, an offer to reattach to it.
  */
 

@@ -25,9 +25,9 @@ from conftest import wait_for
 from jobscan import numbered_lines_intact, processes_of
 
 from jupyter_distrain import JobSpec, submit
-from jupyter_distrain.contract import ProcessId
-from jupyter_distrain.job import Job
-from jupyter_distrain.metrics import seal
+from jupyter_distrain.client.job import Job
+from jupyter_distrain.contract.metrics import seal
+from jupyter_distrain.contract.process import ProcessId
 
 W0, W1 = ProcessId("worker", 0), ProcessId("worker", 1)
 

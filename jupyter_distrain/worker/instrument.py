@@ -16,8 +16,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from .contract import CHECKPOINT_EXIT, WorkerChannels
-from .metrics import reporter
+from ..contract.metrics import reporter
+from ..contract.process import CHECKPOINT_EXIT, WorkerChannels
 
 __all__ = ["CHECKPOINT_EXIT", "checkpoint_dir", "report", "should_checkpoint", "timed_step"]
 
@@ -67,7 +67,7 @@ def should_checkpoint() -> bool:
 
 def checkpoint_dir() -> Path:
     """The job's ``checkpoints/`` directory (a temporary one outside a job)."""
-    from .store import JobDir
+    from ..contract.store import JobDir
 
     channels = WorkerChannels.from_env()
     path = JobDir(channels.job_dir).checkpoints_dir if channels else Path.cwd() / "checkpoints"

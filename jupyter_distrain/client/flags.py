@@ -1,5 +1,5 @@
 """The launchers' own flags (ssh hosts and options, a Ray address): defined once for
-``%%distributed`` and ``bench``, with the :class:`~jupyter_distrain.spec.JobSpec` field
+``%%distributed`` and ``bench``, with the :class:`~jupyter_distrain.contract.spec.JobSpec` field
 each one sets."""
 
 from __future__ import annotations

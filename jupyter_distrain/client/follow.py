@@ -18,12 +18,12 @@ from collections.abc import Generator, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any, Protocol, TextIO
 
-from .contract import ProcessId
+from ..contract.process import ProcessId
+from ..contract.store import JobDir, JobStatus
+from ..contract.tail import LineReader
+from ..timing import Deadline
 from .job import Job, JobInterrupted, outcome
 from .output import CellOutput
-from .store import JobDir, JobStatus
-from .tail import LineReader
-from .timing import Deadline
 
 POLL_SECONDS = 0.1
 
@@ -43,7 +43,7 @@ def label(process: ProcessId) -> str:
 
 class LogTail:
     """Follows every process log of a job: new complete lines, each prefixed by its label,
-    as :class:`~jupyter_distrain.output.CellOutput` renders them."""
+    as :class:`~jupyter_distrain.client.output.CellOutput` renders them."""
 
     def __init__(self, job_dir: JobDir, from_start: bool = True, all_output: bool = False):
         self.dir = job_dir
@@ -106,7 +106,7 @@ def steps(
     Each poll reads the job's status once (before the logs, so no line written
     before the end is missed), prints the new log lines (``stream``), and passes
     the status to ``view.refresh``. Returns the final state; raises
-    :class:`~jupyter_distrain.job.JobFailed` when the job failed and
+    :class:`~jupyter_distrain.client.job.JobFailed` when the job failed and
     ``TimeoutError`` once ``timeout`` seconds have passed.
     """
     out = out or sys.stdout
@@ -213,7 +213,7 @@ async def follow_async(job: Job, view: View | None = None, **options: Any) -> st
     handles widget events (the Stop button) while a cell waits.
 
     A kernel interrupts an async cell by cancelling it: the job is stopped and
-    :class:`~jupyter_distrain.job.JobInterrupted` raised (one line in the cell, and
+    :class:`~jupyter_distrain.client.job.JobInterrupted` raised (one line in the cell, and
     "Run All" stops here); with ``stop_on_interrupt`` false the cancellation goes on.
     """
     opts = FollowOptions(**options)

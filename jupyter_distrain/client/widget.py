@@ -24,11 +24,11 @@ import traitlets
 from IPython import get_ipython
 from IPython.display import display
 
-from .contract import ProcessId, metric_number
+from ..contract.process import ProcessId, metric_number
+from ..contract.store import FINAL_STATES, JobStatus, ProcessRecord, aggregate_images_per_sec
+from ..contract.tail import LineReader, last_lines
 from .follow import follow
 from .job import Job, JobFailed
-from .store import FINAL_STATES, JobStatus, ProcessRecord, aggregate_images_per_sec
-from .tail import LineReader, last_lines
 
 MAX_REDRAWS_PER_SECOND = 4
 STRAGGLER_WINDOW = 20  # steps

@@ -1,4 +1,4 @@
-"""The agent the ssh launcher runs on each host: ``python -m jupyter_distrain.remote CMD``.
+"""The agent the ssh launcher runs on each host: ``python -m jupyter_distrain.launchers.agent CMD``.
 
 One short program per ssh session, light to import (no TensorFlow, no ZeroMQ):
 
@@ -88,7 +88,7 @@ def free_ports(address: str, count: int) -> list[int]:
 
 def preflight(backend: str, interface: str, ports: int) -> dict[str, Any]:
     """What the launcher needs to know about this host (see the module docstring)."""
-    from .plugins import BACKENDS, load_plugin
+    from ...plugins import BACKENDS, load_plugin
 
     found: dict[str, Any] = {"python": sys.executable, "home": str(Path.home())}
     try:
@@ -329,7 +329,7 @@ def guard(directory: Path) -> int:
 
 def _of_job(proc: Any, directory: Path) -> bool:
     """Whether ``proc`` is one of this user's processes of the job in ``directory``."""
-    from .contract import Env, expand_host_path
+    from ...contract.process import Env, expand_host_path
 
     if proc.pid == os.getpid() or proc.uids().real != os.getuid():
         return False
@@ -392,7 +392,7 @@ def signal_job_process(directory: Path, pid: int, sig: int) -> None:
 def main(argv: list[str]) -> int:
     import argparse
 
-    parser = argparse.ArgumentParser(prog="python -m jupyter_distrain.remote")
+    parser = argparse.ArgumentParser(prog="python -m jupyter_distrain.launchers.agent")
     commands = parser.add_subparsers(dest="command", required=True)
     check = commands.add_parser("preflight")
     check.add_argument("--backend", required=True)
@@ -418,7 +418,3 @@ def main(argv: list[str]) -> int:
     with contextlib.suppress(OSError):
         directory.parent.rmdir()  # the job's directory, once no host directory is left
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))

@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .contract import Env, ProcessId
+from .process import Env, ProcessId
 from .spec import JobSpec
 
 JOB_STATES = ("pending", "launching", "running", "succeeded", "failed", "stopped")

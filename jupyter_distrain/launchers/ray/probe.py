@@ -1,7 +1,7 @@
 """The Ray launcher's pre-flight, run at submit in a process of its own (so the notebook's
 kernel never becomes a Ray driver, and a cluster that does not answer is cut off at
 ``--timeout`` with nothing left running):
-``python -m jupyter_distrain.launchers.ray_probe ADDRESS``.
+``python -m jupyter_distrain.launchers.ray.probe ADDRESS``.
 
 Prints one JSON line: ``{"address": the GCS address connected to ("" when there is
 no running Ray and the job will start a local one), "nodes": [{"address",

@@ -16,15 +16,15 @@ from IPython.core.magic_arguments import (
     parse_argstring,
 )
 
+from ..contract.cellcheck import elastic_warnings, undefined_names
+from ..contract.process import ProcessId
+from ..contract.spec import JobSpec, SpecError, parse_env_pairs, parse_names
+from ..contract.store import JobStatus
+from ..plugins import BACKENDS, LAUNCHERS, plugin_names
 from . import api, bench
-from .cellcheck import elastic_warnings, undefined_names
-from .contract import ProcessId
+from .flags import launcher_arguments, launcher_options
 from .follow import follow, follow_async
 from .job import Job, JobFailed
-from .launchflags import launcher_arguments, launcher_options
-from .plugins import BACKENDS, LAUNCHERS, plugin_names
-from .spec import JobSpec, SpecError, parse_env_pairs, parse_names
-from .store import JobStatus
 from .widget import JobWidget, TextSummary, follow_in_background, gpu_text, make_view
 
 
@@ -85,7 +85,7 @@ def _bench(args: Any) -> list[bench.BenchRow]:
 
 
 def _print_pools(clear: bool) -> None:
-    from .pool import client
+    from ..pool import client
 
     if clear:
         print(f"Asked {client.drain()} pool(s) to end their idle processes.")

@@ -32,7 +32,7 @@ from typing import Any
 
 import zmq
 
-from .contract import WorkerChannels, identity_from
+from .process import WorkerChannels, identity_from
 
 log = logging.getLogger(__name__)
 

@@ -16,9 +16,9 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import TypeVar
 
-from ..spec import JobSpec
+from ...contract.spec import JobSpec
 
-AGENT_MODULE = "jupyter_distrain.remote"
+AGENT_MODULE = "jupyter_distrain.launchers.agent"
 ALIVE_INTERVAL = 2  # seconds between ssh's keepalives; 3 unanswered end the connection
 CONNECT_TIMEOUT = 10
 

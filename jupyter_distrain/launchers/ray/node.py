@@ -3,7 +3,7 @@
 The actor keeps the slot's private directory (0700, under the node's HOME: never a
 file system shared with the notebook's machine), filled from the object store with
 the job's files. It runs its process under the remote agent
-(``python -m jupyter_distrain.remote run``), as the ssh launcher does: the agent
+(``python -m jupyter_distrain.launchers.agent run``), as the ssh launcher does: the agent
 starts the process in a new session, reports its pid, memory and exit code, and
 kills the whole process tree when its stdin ends or the actor's pings stop. The
 actor holds that stdin, so when the actor dies (its owner, the supervisor, is gone,
@@ -30,8 +30,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from .. import remote
-from ..contract import Env
+from ...contract.process import Env
+from ..agent import host as agent_host
 
 ROOT = ".jupyter_distrain/ray"  # under the node's HOME
 START_SECONDS = 30.0  # for the agent to report the process's pid
@@ -86,7 +86,7 @@ class AgentLink:
     back on its stderr, its (the process's) output goes to ``log_path``."""
 
     def __init__(self, directory: Path, log_path: Path, request: dict[str, Any]):
-        agent = [sys.executable, "-m", "jupyter_distrain.remote", "run", str(directory)]
+        agent = [sys.executable, "-m", "jupyter_distrain.launchers.agent", "run", str(directory)]
         with open(log_path, "ab", buffering=0) as log_file:
             self.popen = subprocess.Popen(
                 [sys.executable, "-c", DETACH, *agent],
@@ -112,10 +112,10 @@ class AgentLink:
         assert self.popen.stderr is not None
         for raw in self.popen.stderr:
             line = raw.decode(errors="replace").rstrip("\n")
-            if not line.startswith(remote.MARK):
+            if not line.startswith(agent_host.MARK):
                 self.errors.append(line)
                 continue
-            report = json.loads(line[len(remote.MARK) :])
+            report = json.loads(line[len(agent_host.MARK) :])
             if "pid" in report:
                 self.pid, self.create_time = report["pid"], report["create_time"]
                 self._started.set()
@@ -176,12 +176,12 @@ class SlotAgent:
 
     def unpack(self, data: bytes) -> str:
         """Make the slot's private directory and extract the job's files (a tar) in it."""
-        remote.make_private_dir(self.directory.parent.parent)
-        remote.unpack(self.directory, data)
+        agent_host.make_private_dir(self.directory.parent.parent)
+        agent_host.unpack(self.directory, data)
         return str(self.directory)
 
     def free_ports(self, address: str, count: int) -> list[int]:
-        return remote.free_ports(address, count)
+        return agent_host.free_ports(address, count)
 
     def start(self, request: dict[str, Any], name: str, python: str) -> dict[str, Any]:
         """Start the process described by ``request`` (argv, env) with its output in
@@ -231,7 +231,7 @@ class SlotAgent:
         """A tar of what the job produced here (its result, checkpoints); then the slot's
         directory is removed (and the job's, once no slot is left in it)."""
         self.hang_up()
-        data = remote.pack(self.directory)
+        data = agent_host.pack(self.directory)
         shutil.rmtree(self.directory, ignore_errors=True)
         with contextlib.suppress(OSError):
             self.directory.parent.rmdir()

@@ -13,13 +13,13 @@ import threading
 from collections.abc import Mapping
 from typing import Any
 
-from .cellcheck import check_syntax
+from ..contract.cellcheck import check_syntax
+from ..contract.spec import JobSpec, SpecError
+from ..contract.store import JobDir
+from ..frameworks import resolve_keras
+from ..plugins import BACKENDS, LAUNCHERS, load_plugin
 from .follow import follow
-from .frameworks import resolve_keras
 from .job import Job
-from .plugins import BACKENDS, LAUNCHERS, load_plugin
-from .spec import JobSpec, SpecError
-from .store import JobDir
 
 # --backend auto without --ps: the first of these that can run here
 BACKEND_PREFERENCE = ("horovod", "tf")
@@ -114,7 +114,7 @@ def start_supervisor(job: JobDir) -> None:
 
 def run(spec: JobSpec, namespace: Mapping[str, Any] | None = None, **options: Any) -> Job:
     """Submit a job and follow it to its end, streaming its output; Ctrl-C stops it.
-    ``options`` are :func:`jupyter_distrain.follow.follow`'s (``view``, ``timeout``, ...)."""
+    ``options`` are :func:`jupyter_distrain.client.follow.follow`'s (``view``, ``timeout``, ...)."""
     job = submit(spec, namespace)
     follow(job, **options)
     return job

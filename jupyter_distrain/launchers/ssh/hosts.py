@@ -6,7 +6,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..spec import SpecError
+from ...contract.spec import SpecError
 
 _HOST_RE = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9._-]{0,252})$")
 MAX_SLOTS = 1024

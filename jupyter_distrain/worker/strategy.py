@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from .contract import Env
+from ..contract.process import Env
 
 
 def strategy() -> Any:

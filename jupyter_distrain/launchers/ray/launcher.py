@@ -1,6 +1,6 @@
 """Ray launcher: the job's processes on the nodes of a Ray cluster, through Ray Core.
 
-At submit a pre-flight (:mod:`.ray_probe`, in a process of its own, cut off at
+At submit a pre-flight (:mod:`.probe`, in a process of its own, cut off at
 ``--timeout``) connects to ``--address`` (default: a running Ray if there is one,
 else the job starts a local one) and checks that the cluster's nodes could hold the
 job's slots at all; nothing starts otherwise.
@@ -39,12 +39,12 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from ..cellcheck import uses_horovod_elastic
-from ..remote import CARRIED, COPIED
-from ..spec import JobSpec, SpecError
-from .base import LaunchedProcess, Launcher, ProcessSpec, Slot
-from .limits import thread_env
-from .ray_node import EXIT_LOST, SlotAgent
+from ...contract.cellcheck import uses_horovod_elastic
+from ...contract.spec import JobSpec, SpecError
+from ..agent.host import CARRIED, COPIED
+from ..base import LaunchedProcess, Launcher, ProcessSpec, Slot
+from ..limits import thread_env
+from .node import EXIT_LOST, SlotAgent
 
 log = logging.getLogger(__name__)
 
@@ -111,10 +111,10 @@ def route_source(host: str) -> str:
 
 # --- the pre-flight -----------------------------------------------------------------
 def preflight(spec: JobSpec, processes: int) -> dict[str, Any]:
-    """Run :mod:`.ray_probe` (cut off at ``--timeout``); what the supervisor needs:
+    """Run :mod:`.probe` (cut off at ``--timeout``); what the supervisor needs:
     the cluster's address, and the address the cluster's nodes reach this machine on."""
     where = spec.ray_address or "a running Ray"
-    argv = [spec.python or sys.executable, "-m", "jupyter_distrain.launchers.ray_probe"]
+    argv = [spec.python or sys.executable, "-m", "jupyter_distrain.launchers.ray.probe"]
     env = {**os.environ, **QUIET}
     with subprocess.Popen(
         [*argv, spec.ray_address],

@@ -3,7 +3,7 @@
 Everything the supervisor and a worker process must agree on lives here; both
 sides import it, and neither spells an environment name or a message field on
 its own. The job directory's layout is the other half of the contract
-(:class:`jupyter_distrain.store.JobDir`, used by both sides too).
+(:class:`jupyter_distrain.contract.store.JobDir`, used by both sides too).
 """
 
 from __future__ import annotations

@@ -30,9 +30,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .contract import ProcessId
-from .launchflags import add_launcher_arguments, launcher_options
-from .spec import JobSpec, SpecError
+from ..contract.process import ProcessId
+from ..contract.spec import JobSpec, SpecError
+from .flags import add_launcher_arguments, launcher_options
 
 BACKENDS = ("horovod", "tf", "ps", "ps-sync")
 PS_BACKENDS = ("ps", "ps-sync")  # run with each --ps count
@@ -247,7 +247,7 @@ def run(
 ) -> tuple[list[BenchRow], Path]:
     """Run every configuration; returns the rows and the directory holding
     ``results.csv``, ``results.json`` and ``chart.svg``."""
-    from .store import jobs_root
+    from ..contract.store import jobs_root
 
     settings.validate()
     runs = settings.runs()

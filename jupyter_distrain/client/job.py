@@ -3,7 +3,7 @@
 Everything here reads the job store or talks to the job's supervisor, so a
 handle made in a new kernel (``Job.attach``) behaves like the one that started
 the job. A Job neither prints nor decides what an interrupt means: following a
-job's output in a cell is :mod:`jupyter_distrain.follow`.
+job's output in a cell is :mod:`jupyter_distrain.client.follow`.
 """
 
 from __future__ import annotations
@@ -13,13 +13,13 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from . import control
-from .cellcheck import resizes_in_place
-from .contract import ProcessId
-from .plugins import LAUNCHERS, load_plugin
-from .spec import JobSpec
-from .store import JobDir, JobStatus, find_job_dir, list_job_dirs
-from .timing import poll_until
+from ..contract import control
+from ..contract.cellcheck import resizes_in_place
+from ..contract.process import ProcessId
+from ..contract.spec import JobSpec
+from ..contract.store import JobDir, JobStatus, find_job_dir, list_job_dirs
+from ..plugins import LAUNCHERS, load_plugin
+from ..timing import poll_until
 
 POLL_SECONDS = 0.1
 
@@ -182,7 +182,7 @@ class Job:
 
         Raises :class:`JobFailed` when it failed, ``TimeoutError`` after ``timeout``
         seconds. To stream the output, or stop the job on Ctrl-C, use
-        :func:`jupyter_distrain.follow.follow`.
+        :func:`jupyter_distrain.client.follow.follow`.
         """
         return outcome(self.id, self._final_status(timeout))
 

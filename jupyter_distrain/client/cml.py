@@ -13,13 +13,13 @@ from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any, TypeVar
 
+from ..contract.cellcheck import defines_seed_run
+from ..contract.process import ProcessId
+from ..contract.spec import JobSpec, SpecError
+from ..contract.store import ProcessRecord
+from ..timing import poll_until
 from .api import submit
-from .cellcheck import defines_seed_run
-from .contract import ProcessId
 from .job import Job
-from .spec import JobSpec, SpecError
-from .store import ProcessRecord
-from .timing import poll_until
 
 POLL_SECONDS = 0.1
 T = TypeVar("T")

@@ -6,7 +6,7 @@ libraries, and the address the connection arrived on names the interface the job
 uses there (``--network-interface`` forces one). Nothing starts unless all pass.
 
 Each process runs under one ssh connection that runs the remote agent
-(:mod:`jupyter_distrain.remote`): the process's output comes back on the connection
+(:mod:`jupyter_distrain.launchers.agent`): the process's output comes back on the connection
 into its log here; its pid, start time, memory and exit code come back as marked
 lines; signals go the other way. The connection also forwards two Unix sockets on
 the host to the supervisor's control and metrics sockets here (``ssh -R``), so the
@@ -36,16 +36,16 @@ import time
 from pathlib import Path
 from typing import Any
 
-from ..cellcheck import uses_horovod_elastic
-from ..contract import HOST_PLACEHOLDER, Env, ProcessId
-from ..remote import CARRIED, COPIED, MARK
-from ..spec import JobSpec, SpecError
-from ..store import runtime_dir
-from .base import LaunchedProcess, Launcher, ProcessSpec, Slot
+from ...contract.cellcheck import uses_horovod_elastic
+from ...contract.process import HOST_PLACEHOLDER, Env, ProcessId
+from ...contract.spec import JobSpec, SpecError
+from ...contract.store import runtime_dir
+from ..agent.host import CARRIED, COPIED, MARK
+from ..base import LaunchedProcess, Launcher, ProcessSpec, Slot
+from ..limits import thread_env
+from ..local import LocalProcess, die_with_parent
 from .hosts import parse_hosts
-from .limits import thread_env
-from .local import LocalProcess, die_with_parent
-from .ssh_session import RemoteError, SshOptions, on_each
+from .session import RemoteError, SshOptions, on_each
 
 log = logging.getLogger(__name__)
 _TAG_RE = re.compile(rb"\[\d+,(\d+)\]<std(?:out|err)>:")  # mpirun --tag-output
