@@ -1,0 +1,75 @@
+"""Each bench configuration run as an ordinary job, its throughput read from the
+reporting process's log; the rows saved beside the jobs."""
+
+from __future__ import annotations
+
+import re
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from ...contract.process import ProcessId
+from ...contract.spec import JobSpec
+from ...contract.store import jobs_root
+from ..api import submit
+from .report import BenchRow, save
+from .settings import PS_BACKENDS, BenchSettings
+
+_REPORTER = {
+    "horovod": ProcessId("worker", 0),
+    "tf": ProcessId("worker", 0),
+    "ps-sync": ProcessId("worker", 0),  # the TF1 contract's chief
+}
+_RATE = re.compile(r"BENCH images_per_sec=([\d.]+)")
+
+
+def label(backend: str, ps: int) -> str:
+    """The backend as the table names it."""
+    if backend in PS_BACKENDS:
+        return f"ps {'sync' if backend == 'ps-sync' else 'async'} ({ps} ps)"
+    return backend
+
+
+def run_one(settings: BenchSettings, backend: str, workers: int, ps: int) -> tuple[float, str]:
+    """Run one configuration as a job; its images/sec and the job id."""
+    spec = JobSpec(
+        code=settings.program(backend),
+        workers=workers,
+        ps=ps,
+        backend="ps" if backend in PS_BACKENDS else backend,
+        launcher=settings.launcher,
+        name="bench",
+        **settings.launcher_options,
+    )
+    job = submit(spec)
+    state = job.wait(timeout=settings.timeout)
+    reporter = _REPORTER.get(backend, ProcessId("chief", 0))
+    match = _RATE.search(job.logs(reporter))
+    if state != "succeeded" or match is None:
+        raise RuntimeError(f"bench run {label(backend, ps)} x{workers} ({job.id}) {state}")
+    return float(match.group(1)), job.id
+
+
+def run(
+    settings: BenchSettings, progress: Callable[[str], None] = print
+) -> tuple[list[BenchRow], Path]:
+    """Run every configuration; returns the rows and the directory holding
+    ``results.csv``, ``results.json`` and ``chart.svg``."""
+    settings.validate()
+    runs = settings.runs()
+    rates: dict[tuple[str, int], tuple[float, str]] = {}
+    for i, (backend, workers, ps) in enumerate(runs, 1):
+        name = label(backend, ps)
+        progress(f"bench {i}/{len(runs)}: {name}, {workers} worker(s) ...")
+        rates[(name, workers)] = run_one(settings, backend, workers, ps)
+        rate = rates[(name, workers)][0]
+        progress(f"bench {i}/{len(runs)}: {name}, {workers} worker(s): {rate:,.0f} images/sec")
+    rows = []
+    for (name, workers), (rate, job) in rates.items():
+        single = rates.get((name, 1))
+        efficiency = rate / (workers * single[0]) if single and single[0] else None
+        rows.append(BenchRow(name, workers, rate, efficiency, job))
+    out = jobs_root(create=True) / "bench" / time.strftime("%Y%m%d-%H%M%S")
+    out.mkdir(parents=True, mode=0o700)
+    save(rows, settings, out)
+    return rows, out
