@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
+import functools
 from importlib.metadata import entry_points
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from .launchers.base import LauncherOption
 
 LAUNCHERS = "jupyter_distrain.launchers"
 BACKENDS = "jupyter_distrain.backends"
@@ -19,3 +24,14 @@ def load_plugin(group: str, name: str) -> type:
             return ep.load()
     what = group.rsplit(".", 1)[-1].rstrip("s")
     raise ValueError(f"unknown {what} {name!r}; available: {', '.join(plugin_names(group))}")
+
+
+@functools.cache
+def launcher_options() -> dict[str, list[tuple[str, LauncherOption]]]:
+    """Every option the launchers declare (``Launcher.declared_options``), by option name, with each
+    launcher declaring it (in entry-point order); launchers sharing a name share its flag."""
+    options: dict[str, list[tuple[str, LauncherOption]]] = {}
+    for name in plugin_names(LAUNCHERS):
+        for option in load_plugin(LAUNCHERS, name).declared_options:
+            options.setdefault(option.name, []).append((name, option))
+    return options

@@ -1,11 +1,17 @@
-"""``--hosts`` parsing and ssh error messages (no processes)."""
+"""``--hosts`` parsing, ssh error messages and the launchers' options (no processes)."""
 
 from __future__ import annotations
 
-import pytest
+import json
 
+import pytest
+from IPython.core.interactiveshell import InteractiveShell
+
+from jupyter_distrain.client import api, cml
+from jupyter_distrain.client.magics import DistributedMagics
 from jupyter_distrain.contract.spec import JobSpec, SpecError
 from jupyter_distrain.launchers.ssh.hosts import HostSlots, parse_hosts
+from jupyter_distrain.launchers.ssh.launcher import SshLauncher
 from jupyter_distrain.launchers.ssh.session import SshOptions, explain
 
 
@@ -68,3 +74,41 @@ def test_ssh_failures_read_as_one_line_naming_the_host():
     assert (
         "StrictHostKeyChecking=yes" in argv and argv[-1] == "python -c 'print('\"'\"'a b'\"'\"')'"
     )
+
+
+def test_the_ssh_and_ray_options_are_carried_as_the_launchers_own(monkeypatch):
+    submitted = []
+
+    def submit(spec, user_ns=None):
+        submitted.append(spec)
+        raise InterruptedError  # far enough: nothing is started
+
+    monkeypatch.setattr(api, "submit", submit)
+    magics = DistributedMagics(InteractiveShell.instance())
+    for line in (
+        "--launcher ssh --hosts h1:2 --ssh-port 2222 --ssh-accept-new",
+        "--launcher ray --address 10.0.0.1:6379",
+    ):
+        with pytest.raises(InterruptedError):
+            magics._start(line, "pass\n")
+    ssh, ray = submitted
+    assert ssh.launcher_options == {"hosts": "h1:2", "ssh_port": 2222, "ssh_accept_new_hosts": True}
+    assert ray.launcher_options == {"ray_address": "10.0.0.1:6379"}
+    given = SshLauncher.option_values(ssh)
+    assert (given["ssh_port"], given["ssh_user"], given["remote_python"]) == (2222, "", "")
+    # the Python API's keywords, as before the options moved
+    spec = JobSpec(code="", launcher="ssh", hosts="h1:2", ssh_port=2222, ssh_user="")
+    assert spec.launcher_options == {"hosts": "h1:2", "ssh_port": 2222}
+    assert cml._spec(code="", launcher="ssh", hosts="h:1").launcher_options == {"hosts": "h:1"}
+    with pytest.raises(TypeError, match="'hostz'"):
+        JobSpec(code="", hostz="h1")
+    with pytest.raises(SpecError, match="'hostz' is not an option of any launcher"):
+        JobSpec(code="", launcher_options={"hostz": "h1"}).validate()
+
+
+def test_an_older_spec_json_with_the_options_at_the_top_level_still_reads():
+    older = {"code": "pass", "launcher": "ssh", "hosts": "h1:2", "ssh_port": 22}
+    older |= {"ssh_user": "deploy", "ray_address": "", "network_interface": "", "gone": 1}
+    spec = JobSpec.from_dict(older)
+    assert spec.launcher_options == {"hosts": "h1:2", "ssh_user": "deploy"}
+    assert JobSpec.from_dict(json.loads(json.dumps(spec.to_dict()))) == spec

@@ -1,10 +1,12 @@
 """The JupyterLab extension's "Distribute cell..." form refuses a bad value with the
 magic's own message: the cases its Jest tests check (labextension/src/__tests__/
-validation-cases.json) are checked here against the magic itself."""
+validation-cases.json) are checked here against the magic itself; and the form's flags
+(magicline.ts's FLAGS) are the magic's flag table, so the two cannot drift."""
 
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -12,6 +14,7 @@ from IPython.core.error import UsageError
 from IPython.core.interactiveshell import InteractiveShell
 
 from jupyter_distrain.client import api
+from jupyter_distrain.client.flags import flag_table
 from jupyter_distrain.client.magics import DistributedMagics
 
 CASES = Path(__file__).parent.parent / "labextension/src/__tests__/validation-cases.json"
@@ -36,3 +39,36 @@ def test_the_form_gives_the_magics_message(magics, line, message):
         magics._start(line, "pass\n")
     if message is not None:
         assert str(raised.value) == message
+
+
+MAGICLINE = Path(__file__).parent.parent / "labextension/src/magicline.ts"
+_TS_FLAG = re.compile(
+    r"\{ name: '(?P<name>[^']+)', kind: '(?P<kind>\w+)', default: '(?P<default>[^']*)'"
+    r"(?:, short: '(?P<short>\w)')? \}"
+)
+
+
+def _ts_default(value: object) -> str:
+    """A default as magicline.ts writes it: '' for none (and for a switch or a list)."""
+    if value is None or value is False or value in ([], ""):
+        return ""
+    return f"{value:g}" if isinstance(value, float) else str(value)
+
+
+def test_the_forms_flags_are_the_flag_tables():
+    source = MAGICLINE.read_text()
+    listed = source[source.index("export const FLAGS") : source.index("];")]
+    in_ts = {m["name"]: m.groupdict() for m in _TS_FLAG.finditer(listed)}
+    table = {
+        flag.flag.removeprefix("--"): {
+            "name": flag.flag.removeprefix("--"),
+            "kind": flag.kind,
+            "default": _ts_default(flag.default),
+            "short": flag.short.removeprefix("-") or None,
+        }
+        for flag in flag_table()
+    }
+    assert in_ts == table
+    for flag in flag_table():  # the values the form checks a flag against, as a TS list
+        if flag.choices:
+            assert "[" + ", ".join(f"'{c}'" for c in flag.choices) + "]" in source, flag.flag

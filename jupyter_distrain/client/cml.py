@@ -13,6 +13,7 @@ from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any, TypeVar
 
+from .. import plugins
 from ..contract.cellcheck import defines_seed_run
 from ..contract.process import ProcessId
 from ..contract.spec import JobSpec, SpecError
@@ -37,11 +38,10 @@ _SET_BY_LAUNCHERS = {"placement", "pool_socket", "gpu_ids"}
 
 
 def _spec(**fields: Any) -> JobSpec:
-    """A JobSpec from these fields; an unknown one is a :class:`SpecError` naming it."""
-    unknown = sorted(
-        set(fields) - {f.name for f in dataclasses.fields(JobSpec)}
-        | (set(fields) & _SET_BY_LAUNCHERS)
-    )
+    """A JobSpec from these fields and launcher options; an unknown one is a
+    :class:`SpecError` naming it."""
+    known = {f.name for f in dataclasses.fields(JobSpec)} | set(plugins.launcher_options())
+    unknown = sorted(set(fields) - known | (set(fields) & _SET_BY_LAUNCHERS))
     if unknown:
         raise SpecError(f"unknown option {unknown[0]!r} (options are JobSpec fields: hosts=...)")
     return JobSpec(**fields)

@@ -1,76 +1,236 @@
-"""The launchers' own flags (ssh hosts and options, a Ray address): defined once for
-``%%distributed`` and ``bench``, with the :class:`~jupyter_distrain.contract.spec.JobSpec` field
-each one sets."""
+"""The flag table: every ``%%distributed`` flag once, with the
+:class:`~jupyter_distrain.contract.spec.JobSpec` field or launcher option it sets.
+
+The magic's arguments, its line -> spec mapping and ``bench``'s launcher flags are built
+from :func:`flag_table`; ``tests/test_labextension.py`` checks the form's list
+(``labextension/src/magicline.ts``) against it. A launcher's flags come from its own
+``declared_options`` (:class:`~jupyter_distrain.launchers.base.LauncherOption`), found
+through the launchers' entry points: a new launcher option is declared there only.
+"""
 
 from __future__ import annotations
 
 import argparse
+import functools
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from IPython.core.magic_arguments import ArgDecorator
 
-# (flag, JobSpec field, add_argument keywords)
-_FLAGS: list[tuple[str, str, dict[str, Any]]] = [
-    ("--hosts", "hosts", {"default": "", "help": "ssh launcher: host:slots,... or a hostfile"}),
-    ("--ssh-port", "ssh_port", {"type": int, "default": 22, "help": "ssh launcher: the port"}),
-    ("--ssh-user", "ssh_user", {"default": "", "help": "ssh launcher: the user on the hosts"}),
-    (
-        "--ssh-identity",
-        "ssh_identity",
-        {"default": "", "metavar": "FILE", "help": "ssh launcher: private key"},
-    ),
-    (
-        "--ssh-known-hosts",
-        "ssh_known_hosts",
-        {"default": "", "metavar": "FILE", "help": "ssh launcher: known_hosts"},
-    ),
-    (
-        "--ssh-accept-new-hosts",
-        "ssh_accept_new_hosts",
-        {
-            "action": "store_true",
-            "help": "ssh launcher: accept and record the key of a host seen for the first time",
-        },
-    ),
-    (
-        "--remote-python",
-        "remote_python",
-        {"default": "", "help": "ssh launcher: the interpreter on the hosts"},
-    ),
-    (
-        "--network-interface",
-        "network_interface",
-        {"default": "", "help": "ssh launcher: the interface to use"},
-    ),
-    (
-        "--address",
-        "ray_address",
-        {
-            "default": "",
-            "help": "ray launcher: the Ray cluster (host:port or ray://...; default a running "
-            "one, else a local one)",
-        },
-    ),
-]
+from .. import plugins
+from ..contract.spec import (
+    CONTROLLERS,
+    KERAS_CHOICES,
+    JobSpec,
+    parse_env_pairs,
+    parse_names,
+)
+from ..plugins import BACKENDS, LAUNCHERS, plugin_names
+
+# a flag's kind, as magicline.ts's FlagKind: int, float, str, bool (a switch), repeat
+_KINDS: dict[str, dict[str, Any]] = {
+    "int": {"type": int},
+    "float": {"type": float},
+    "str": {},
+    "bool": {"action": "store_true"},
+    "repeat": {"action": "append"},
+}
+_KIND_OF_TYPE = {int: "int", float: "float", str: "str", bool: "bool"}
 
 
-def _dest(flag: str) -> str:
-    return flag.lstrip("-").replace("-", "_")
+@dataclass(frozen=True)
+class Flag:
+    """One ``%%distributed`` flag: how argparse reads it, and what it sets."""
+
+    flag: str  # "--workers"
+    kind: str  # a key of _KINDS
+    default: Any
+    help: str
+    field: str = ""  # the JobSpec field it sets
+    option: str = ""  # or the launcher option it sets (JobSpec.launcher_options)
+    # neither: the magic's own (--background, --all-output)
+    short: str = ""  # "-n"
+    metavar: str | None = None
+    choices: tuple[str, ...] = ()  # checked by JobSpec.validate, with its one-line message
+    to_spec: Callable[[Any], Any] | None = None  # the parsed value -> the field's
+
+    @property
+    def dest(self) -> str:
+        """The argparse attribute: ``--gpu-ids`` -> ``gpu_ids``."""
+        return self.flag.removeprefix("--").replace("-", "_")
+
+    def add_to(self, parser: argparse.ArgumentParser | Any) -> None:
+        """Add it to an argparse parser (or argument group)."""
+        names = [self.short, self.flag] if self.short else [self.flag]
+        keywords = {**_KINDS[self.kind], "default": self.default, "help": self.help}
+        if self.metavar:
+            keywords["metavar"] = self.metavar
+        parser.add_argument(*names, **keywords)
+
+
+def _negated(value: bool) -> bool:
+    return not value
+
+
+def launcher_flags() -> list[Flag]:
+    """The launchers' options as flags, in entry-point order (one flag per option name)."""
+    flags = []
+    for name, declared in plugins.launcher_options().items():
+        option = declared[0][1]
+        flags.append(
+            Flag(
+                option.flag_name,
+                _KIND_OF_TYPE[option.type],
+                option.default,
+                option.help,
+                option=name,
+                metavar=option.metavar,
+            )
+        )
+    return flags
+
+
+@functools.cache
+def flag_table() -> tuple[Flag, ...]:
+    """Every ``%%distributed`` flag, in the order ``%%distributed?`` lists them."""
+    backends = ", ".join(plugin_names(BACKENDS))
+    return (
+        Flag("--workers", "int", 1, "number of workers (default 1)", "workers", short="-n"),
+        Flag("--ps", "int", 0, "parameter servers (implies --backend ps)", "ps"),
+        Flag("--backend", "str", "auto", f"auto or one of: {backends}", "backend"),
+        Flag(
+            "--launcher",
+            "str",
+            "local",
+            f"one of: {', '.join(plugin_names(LAUNCHERS))}",
+            "launcher",
+        ),
+        Flag(
+            "--controller",
+            "str",
+            "gloo",
+            "horovod controller: gloo (default) or mpi",
+            "controller",
+            choices=CONTROLLERS,
+        ),
+        Flag("--cpu", "float", None, "CPU cores per worker (affinity/quota)", "cpu"),
+        Flag("--memory", "float", None, "GiB of memory per worker (enforced)", "memory"),
+        Flag("--gpus", "int", 0, "GPUs per worker (CUDA_VISIBLE_DEVICES)", "gpus"),
+        Flag(
+            "--gpu-ids",
+            "str",
+            None,
+            "the GPUs to use, comma-separated",
+            "gpu_ids",
+            metavar="IDS",
+            to_spec=parse_names,
+        ),
+        Flag(
+            "--env",
+            "repeat",
+            [],
+            "environment variable (repeatable)",
+            "env",
+            metavar="K=V",
+            to_spec=parse_env_pairs,
+        ),
+        Flag("--name", "str", "job", "job name, the prefix of its id", "name"),
+        Flag("--timeout", "float", 120.0, "seconds for every worker to start", "timeout"),
+        Flag("--grace", "float", 5.0, "seconds between SIGTERM and SIGKILL on stop", "grace"),
+        Flag(
+            "--push",
+            "str",
+            None,
+            "notebook variables to send, comma-separated",
+            "push",
+            metavar="NAMES",
+            to_spec=parse_names,
+        ),
+        Flag(
+            "--out",
+            "str",
+            None,
+            "bind rank 0's `result` to this notebook variable",
+            "out",
+            metavar="NAME",
+        ),
+        Flag(
+            "--hang-timeout",
+            "float",
+            120.0,
+            "fail the job when a running process is unheard this many seconds (0: never)",
+            "hang_timeout",
+        ),
+        Flag(
+            "--stall-timeout",
+            "float",
+            60.0,
+            "warn when no rank's step advances for this many seconds (0: never)",
+            "stall_timeout",
+        ),
+        Flag(
+            "--keras",
+            "str",
+            "auto",
+            "auto, legacy (tf-keras) or native: the Keras workers use on TensorFlow >= 2.16",
+            "keras",
+            choices=KERAS_CHOICES,
+        ),
+        Flag(
+            "--batch-size",
+            "int",
+            None,
+            "images per step for the metrics, where Keras cannot tell",
+            "batch_size",
+        ),
+        Flag(
+            "--all-output",
+            "bool",
+            False,
+            "print the processes' output as written (every rank's TensorFlow start-up "
+            "lines, progress bars' carriage returns); the logs keep it all anyway",
+        ),
+        Flag(
+            "--no-pool",
+            "bool",
+            False,
+            "start every process cold, never from the warm pool",
+            "pool",
+            to_spec=_negated,
+        ),
+        *launcher_flags(),
+        Flag("--background", "bool", False, "return a Job handle at once instead of waiting"),
+    )
+
+
+def spec_from_args(args: argparse.Namespace, code: str) -> JobSpec:
+    """The (unvalidated) JobSpec that parsed ``%%distributed`` flags describe; a
+    launcher option is carried only where it differs from its default."""
+    fields: dict[str, Any] = {}
+    for flag in flag_table():
+        if flag.field:
+            value = getattr(args, flag.dest)
+            fields[flag.field] = flag.to_spec(value) if flag.to_spec else value
+    return JobSpec(code=code, launcher_options=launcher_options(args), **fields)
 
 
 def add_launcher_arguments(parser: argparse.ArgumentParser | Any) -> None:
-    """Add the launchers' flags to an argparse parser (or argument group)."""
-    for flag, _, keywords in _FLAGS:
-        parser.add_argument(flag, **keywords)
+    """Add the launchers' flags to an argparse parser (or argument group), as ``bench``
+    takes them."""
+    for flag in launcher_flags():
+        flag.add_to(parser)
 
 
 def launcher_options(args: argparse.Namespace) -> dict[str, Any]:
-    """The JobSpec fields the parsed launcher flags set."""
-    return {field: getattr(args, _dest(flag)) for flag, field, _ in _FLAGS}
+    """The launcher options the parsed launcher flags set (those not at their default)."""
+    given = {flag: getattr(args, flag.dest) for flag in launcher_flags()}
+    return {flag.option: value for flag, value in given.items() if value != flag.default}
 
 
-class launcher_arguments(ArgDecorator):  # noqa: N801 (named as IPython's `argument`)
-    """``@launcher_arguments()``: the launchers' flags for a ``magic_arguments`` magic."""
+class flag_arguments(ArgDecorator):  # noqa: N801 (named as IPython's `argument`)
+    """``@flag_arguments()``: every flag of the table, for a ``magic_arguments`` magic."""
 
     def add_to_parser(self, parser: Any, group: Any) -> None:
-        add_launcher_arguments(group if group is not None else parser)
+        for flag in flag_table():
+            flag.add_to(group if group is not None else parser)

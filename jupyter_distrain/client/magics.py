@@ -9,20 +9,14 @@ from typing import Any
 
 from IPython.core.error import UsageError
 from IPython.core.magic import Magics, line_cell_magic, magics_class
-from IPython.core.magic_arguments import (
-    MagicArgumentParser,
-    argument,
-    magic_arguments,
-    parse_argstring,
-)
+from IPython.core.magic_arguments import MagicArgumentParser, magic_arguments, parse_argstring
 
 from ..contract.cellcheck import elastic_warnings, undefined_names
 from ..contract.process import ProcessId
-from ..contract.spec import JobSpec, SpecError, parse_env_pairs, parse_names
+from ..contract.spec import JobSpec, SpecError
 from ..contract.store import JobStatus
-from ..plugins import BACKENDS, LAUNCHERS, plugin_names
 from . import api, bench
-from .flags import launcher_arguments, launcher_options
+from .flags import flag_arguments, spec_from_args
 from .follow import follow, follow_async
 from .job import Job, JobFailed
 from .widget import JobWidget, TextSummary, follow_in_background, gpu_text, make_view
@@ -109,76 +103,7 @@ class DistributedMagics(Magics):
     """The ``distributed`` magic. Line form: ``%distributed list|status|logs|stop|attach``."""
 
     @magic_arguments()
-    @argument("-n", "--workers", type=int, default=1, help="number of workers (default 1)")
-    @argument("--ps", type=int, default=0, help="parameter servers (implies --backend ps)")
-    @argument(
-        "--backend", default="auto", help=f"auto or one of: {', '.join(plugin_names(BACKENDS))}"
-    )
-    @argument("--launcher", default="local", help=f"one of: {', '.join(plugin_names(LAUNCHERS))}")
-    @argument("--controller", default="gloo", help="horovod controller: gloo (default) or mpi")
-    @argument("--cpu", type=float, default=None, help="CPU cores per worker (affinity/quota)")
-    @argument("--memory", type=float, default=None, help="GiB of memory per worker (enforced)")
-    @argument("--gpus", type=int, default=0, help="GPUs per worker (CUDA_VISIBLE_DEVICES)")
-    @argument("--gpu-ids", default=None, metavar="IDS", help="the GPUs to use, comma-separated")
-    @argument(
-        "--env",
-        action="append",
-        default=[],
-        metavar="K=V",
-        help="environment variable (repeatable)",
-    )
-    @argument("--name", default="job", help="job name, the prefix of its id")
-    @argument("--timeout", type=float, default=120.0, help="seconds for every worker to start")
-    @argument(
-        "--grace", type=float, default=5.0, help="seconds between SIGTERM and SIGKILL on stop"
-    )
-    @argument(
-        "--push", default=None, metavar="NAMES", help="notebook variables to send, comma-separated"
-    )
-    @argument(
-        "--out",
-        default=None,
-        metavar="NAME",
-        help="bind rank 0's `result` to this notebook variable",
-    )
-    @argument(
-        "--hang-timeout",
-        type=float,
-        default=120.0,
-        help="fail the job when a running process is unheard this many seconds (0: never)",
-    )
-    @argument(
-        "--stall-timeout",
-        type=float,
-        default=60.0,
-        help="warn when no rank's step advances for this many seconds (0: never)",
-    )
-    @argument(
-        "--keras",
-        default="auto",
-        help="auto, legacy (tf-keras) or native: the Keras workers use on TensorFlow >= 2.16",
-    )
-    @argument(
-        "--batch-size",
-        type=int,
-        default=None,
-        help="images per step for the metrics, where Keras cannot tell",
-    )
-    @argument(
-        "--all-output",
-        action="store_true",
-        help="print the processes' output as written (every rank's TensorFlow start-up "
-        "lines, progress bars' carriage returns); the logs keep it all anyway",
-    )
-    @argument(
-        "--no-pool",
-        action="store_true",
-        help="start every process cold, never from the warm pool",
-    )
-    @launcher_arguments()
-    @argument(
-        "--background", action="store_true", help="return a Job handle at once instead of waiting"
-    )
+    @flag_arguments()
     @line_cell_magic
     def distributed(self, line: str, cell: str | None = None) -> Any:
         """Run the cell on many workers; the cell body is shipped as train.py.
@@ -210,30 +135,7 @@ class DistributedMagics(Magics):
         """Parse, check and submit; show the job's view."""
         args = parse_argstring(self.distributed, line)
         try:
-            spec = JobSpec(
-                code=cell,
-                workers=args.workers,
-                ps=args.ps,
-                backend=args.backend,
-                launcher=args.launcher,
-                controller=args.controller,
-                cpu=args.cpu,
-                memory=args.memory,
-                gpus=args.gpus,
-                gpu_ids=parse_names(args.gpu_ids),
-                env=parse_env_pairs(args.env),
-                name=args.name,
-                timeout=args.timeout,
-                grace=args.grace,
-                push=parse_names(args.push),
-                out=args.out,
-                batch_size=args.batch_size,
-                hang_timeout=args.hang_timeout,
-                stall_timeout=args.stall_timeout,
-                keras=args.keras,
-                pool=not args.no_pool,
-                **launcher_options(args),
-            ).validate()
+            spec = spec_from_args(args, cell).validate()
             self._warn_undefined(spec)
             for warning in elastic_warnings(spec.code):
                 print(f"Warning: {warning}.", file=sys.stderr, flush=True)

@@ -17,8 +17,6 @@ class SpecError(ValueError):
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,39}$")
 _ENV_KEY_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _IDENTIFIER_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-_USER_RE = re.compile(r"^[a-z_][a-z0-9_.-]{0,31}$", re.IGNORECASE)
-_IFACE_RE = re.compile(r"^[A-Za-z0-9_.:@-]{1,15}$")
 
 CONTROLLERS = ("gloo", "mpi")
 KERAS_CHOICES = ("auto", "legacy", "native")
@@ -29,8 +27,8 @@ MAX_GIB = 65536.0
 
 
 @dataclass
-class JobSpec:
-    """Everything the supervisor needs to run a job; written to ``spec.json``."""
+class _JobFields:
+    """The fields of :class:`JobSpec` (which adds the launchers' options as keywords)."""
 
     code: str
     workers: int = 1
@@ -57,17 +55,24 @@ class JobSpec:
     gpu_ids: list[str] = field(default_factory=list)  # the devices to use (default: all)
     pool: bool = True  # take warm processes from a pool where one matches (--no-pool: never)
     pool_socket: str = ""  # the pool chosen at submit ("" none); set by the launcher
-    # multi-host launchers (ssh)
-    hosts: str = ""  # "h1:slots,h2:slots" or a hostfile
-    ssh_port: int = 22
-    ssh_user: str = ""
-    ssh_identity: str = ""  # a private key file
-    ssh_known_hosts: str = ""  # a known_hosts file (default: ssh's own)
-    ssh_accept_new_hosts: bool = False  # accept (and record) unknown host keys
-    remote_python: str = ""  # the interpreter on the hosts ("" the same path as here)
-    network_interface: str = ""  # force this interface on every host
-    ray_address: str = ""  # ray launcher: the cluster ("" a running one, else a local one)
+    # the launcher's own options, as it declares them (Launcher.declared_options: ssh's hosts and
+    # ssh_port, Ray's ray_address, ...); only those given, the rest take their defaults
+    launcher_options: dict[str, Any] = field(default_factory=dict)
     placement: list[dict[str, Any]] = field(default_factory=list)  # set by the launcher
+
+
+class JobSpec(_JobFields):
+    """Everything the supervisor needs to run a job; written to ``spec.json``.
+
+    A launcher's options may also be given as keywords, as before they moved into
+    ``launcher_options``: ``JobSpec(code, launcher="ssh", hosts="h1:2", ssh_port=2222)``.
+    """
+
+    def __init__(self, *args: Any, **keywords: Any) -> None:
+        given = {k: keywords.pop(k) for k in list(keywords) if k not in _FIELD_NAMES}
+        super().__init__(*args, **keywords)
+        if given:
+            self.launcher_options = {**self.launcher_options, **_as_options(given, strict=True)}
 
     def validate(self) -> JobSpec:
         """Check every field; raise :class:`SpecError` naming the first bad one."""
@@ -95,18 +100,7 @@ class JobSpec:
             raise SpecError(f"--gpus must be a whole number >= 0, got {self.gpus!r}")
         if self.gpu_ids and not self.gpus:
             raise SpecError("--gpu-ids needs --gpus N (the GPUs each worker gets)")
-        if not isinstance(self.ssh_port, int) or not 1 <= self.ssh_port <= 65535:
-            raise SpecError(f"--ssh-port must be a port number 1-65535, got {self.ssh_port!r}")
-        if self.ssh_user and not _USER_RE.match(self.ssh_user):
-            raise SpecError(f"--ssh-user: {self.ssh_user!r} is not a user name")
-        if self.network_interface and not _IFACE_RE.match(self.network_interface):
-            raise SpecError(
-                f"--network-interface: {self.network_interface!r} is not an interface name"
-            )
-        if self.hosts and self.launcher == "local":
-            raise SpecError("--hosts is for a multi-host launcher: add --launcher ssh")
-        if self.ray_address and self.launcher != "ray":
-            raise SpecError("--address is for the Ray launcher: add --launcher ray")
+        _check_launcher_options(self.launcher, self.launcher_options)
         if self.batch_size is not None and self.batch_size < 1:
             raise SpecError(f"--batch-size must be >= 1, got {self.batch_size!r}")
         _number("--timeout", self.timeout, "a number of seconds > 0", low=0, high=MAX_SECONDS)
@@ -130,8 +124,58 @@ class JobSpec:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> JobSpec:
-        known = {f.name for f in dataclasses.fields(cls)}
-        return cls(**{k: v for k, v in data.items() if k in known})
+        """From :meth:`to_dict`'s output, or an older ``spec.json`` (launcher options at
+        the top level); names that are neither a field nor an option are left out."""
+        fields = {k: v for k, v in data.items() if k in _FIELD_NAMES}
+        older = _as_options({k: v for k, v in data.items() if k not in _FIELD_NAMES})
+        fields["launcher_options"] = {**older, **data.get("launcher_options", {})}
+        return cls(**fields)
+
+
+_FIELD_NAMES = frozenset(f.name for f in dataclasses.fields(_JobFields))
+
+
+def _as_options(given: dict[str, Any], strict: bool = False) -> dict[str, Any]:
+    """The launcher options among ``given`` that differ from their defaults; with
+    ``strict``, a name no launcher declares is a TypeError (as a dataclass says it)."""
+    if not given:
+        return {}
+    from ..plugins import launcher_options
+
+    declared = launcher_options()
+    for name in given:
+        if strict and name not in declared:
+            raise TypeError(f"JobSpec.__init__() got an unexpected keyword argument {name!r}")
+    return {
+        name: value
+        for name, value in given.items()
+        if name in declared and value != declared[name][0][1].default
+    }
+
+
+def _check_launcher_options(launcher: str, given: dict[str, Any]) -> None:
+    """Each option as the launcher declaring it checks it (``launcher``'s own declaration
+    where it shares the name), then the options refused with another launcher."""
+    from ..plugins import launcher_options
+
+    declared = launcher_options()
+    unknown = sorted(set(given) - set(declared))
+    if unknown:
+        raise SpecError(
+            f"{unknown[0]!r} is not an option of any launcher (they take: "
+            f"{', '.join(sorted(declared))})"
+        )
+    for name, owners in declared.items():
+        if name in given:
+            own = [option for owner, option in owners if owner == launcher]
+            (own or [owners[0][1]])[0].validate(given[name])
+    for name, owners in declared.items():
+        first_owner, option = owners[0]
+        elsewhere = launcher not in (owner for owner, _ in owners)
+        if name in given and elsewhere and option.only_for and given[name] != option.default:
+            raise SpecError(
+                f"{option.flag_name} is for {option.only_for}: add --launcher {first_owner}"
+            )
 
 
 def _number(

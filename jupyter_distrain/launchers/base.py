@@ -10,13 +10,16 @@ implements them once and the supervisor never touches a pid itself.
 
 from __future__ import annotations
 
+import re
 import socket
 from abc import ABC, abstractmethod
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from ..contract.process import ProcessId
+from ..contract.spec import SpecError
 
 if TYPE_CHECKING:
     from ..contract.spec import JobSpec
@@ -83,14 +86,76 @@ class LaunchedProcess(ABC):
         return self.poll() is None
 
 
+_TYPE_WORDS = {str: "text", int: "a whole number", float: "a number", bool: "true or false"}
+
+
+@dataclass(frozen=True)
+class LauncherOption:
+    """One option a launcher takes: a key of ``JobSpec.launcher_options`` and the
+    ``%%distributed`` (and ``bench``) flag that sets it, built from this by the flag table
+    (:mod:`jupyter_distrain.client.flags`)."""
+
+    name: str  # the key in JobSpec.launcher_options (and the old JobSpec keyword), e.g. ssh_port
+    type: type  # str, int, float or bool (a switch)
+    default: Any
+    help: str
+    flag: str = ""  # default: --NAME with dashes (--ssh-port)
+    metavar: str | None = None
+    # raises SpecError naming the flag when a value is bad (the type is checked after it)
+    check: Callable[[str, Any], None] | None = None
+    # giving it with another launcher is refused: "{flag} is for {only_for}: add --launcher X"
+    only_for: str = ""
+
+    @property
+    def flag_name(self) -> str:
+        return self.flag or "--" + self.name.replace("_", "-")
+
+    def validate(self, value: Any) -> None:
+        """Raise :class:`SpecError` (one line naming the flag) when ``value`` is bad."""
+        if self.check is not None:
+            self.check(self.flag_name, value)
+        numeric = self.type in (int, float) and not isinstance(value, bool)
+        if not (isinstance(value, self.type) or numeric and isinstance(value, int)):
+            raise SpecError(f"{self.flag_name} must be {_TYPE_WORDS[self.type]}, got {value!r}")
+
+
+def in_range(low: int, high: int, what: str) -> Callable[[str, Any], None]:
+    """An option check: a whole number ``low``..``high`` (``what`` names it)."""
+
+    def check(flag: str, value: Any) -> None:
+        if not isinstance(value, int) or not low <= value <= high:
+            raise SpecError(f"{flag} must be {what}, got {value!r}")
+
+    return check
+
+
+def matching(pattern: str, what: str) -> Callable[[str, Any], None]:
+    """An option check: empty, or text matching ``pattern`` (``what`` names it)."""
+    compiled = re.compile(pattern, re.IGNORECASE)
+
+    def check(flag: str, value: Any) -> None:
+        if value and not (isinstance(value, str) and compiled.match(value)):
+            raise SpecError(f"{flag}: {value!r} is not {what}")
+
+    return check
+
+
 class Launcher(ABC):
     """Places slots and starts processes. Subclasses register an entry point."""
 
     name: ClassVar[str]
+    # what the job's spec may set for this launcher (JobSpec.launcher_options), and the
+    # flags that set them: adding one here adds its flag to %%distributed and bench
+    declared_options: ClassVar[tuple[LauncherOption, ...]] = ()
 
     def __init__(self, spec: JobSpec, job: JobDir):
         self.spec = spec
         self.job = job
+
+    @classmethod
+    def option_values(cls, spec: JobSpec) -> dict[str, Any]:
+        """This launcher's options for ``spec``: each one given, else its default."""
+        return {o.name: spec.launcher_options.get(o.name, o.default) for o in cls.declared_options}
 
     @classmethod
     def check_capacity(cls, spec: JobSpec, processes: int) -> JobSpec:

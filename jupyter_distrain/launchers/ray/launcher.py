@@ -42,7 +42,7 @@ from typing import Any
 from ...contract.cellcheck import uses_horovod_elastic
 from ...contract.spec import JobSpec, SpecError
 from ..agent.host import CARRIED, COPIED
-from ..base import LaunchedProcess, Launcher, ProcessSpec, Slot
+from ..base import LaunchedProcess, Launcher, LauncherOption, ProcessSpec, Slot
 from ..limits import thread_env
 from .node import EXIT_LOST, SlotAgent
 
@@ -113,11 +113,12 @@ def route_source(host: str) -> str:
 def preflight(spec: JobSpec, processes: int) -> dict[str, Any]:
     """Run :mod:`.probe` (cut off at ``--timeout``); what the supervisor needs:
     the cluster's address, and the address the cluster's nodes reach this machine on."""
-    where = spec.ray_address or "a running Ray"
+    address = RayLauncher.option_values(spec)["ray_address"]
+    where = address or "a running Ray"
     argv = [spec.python or sys.executable, "-m", "jupyter_distrain.launchers.ray.probe"]
     env = {**os.environ, **QUIET}
     with subprocess.Popen(
-        [*argv, spec.ray_address],
+        [*argv, address],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         env=env,
@@ -236,11 +237,22 @@ class RayLauncher(Launcher):
     """Places every slot of a generation in one placement group (see the module docstring)."""
 
     name = "ray"
+    declared_options = (
+        LauncherOption(
+            "ray_address",
+            str,
+            "",
+            "ray launcher: the Ray cluster (host:port or ray://...; default a running one, "
+            "else a local one)",
+            flag="--address",
+            only_for="the Ray launcher",
+        ),
+    )
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         cluster = self.spec.placement[0] if self.spec.placement else {}
-        self.address: str = cluster.get("address", self.spec.ray_address)
+        self.address: str = cluster.get("address", self.option_values(self.spec)["ray_address"])
         self.driver: str = cluster.get("driver", "127.0.0.1")
         self.group: Any = None
         self.actors: list[SlotActor] = []
@@ -254,8 +266,6 @@ class RayLauncher(Launcher):
             raise SpecError("--gpus is not supported by --launcher ray yet")
         if spec.backend == "horovod" and uses_horovod_elastic(spec.code):
             raise SpecError("Horovod elastic is not supported by --launcher ray yet")
-        if spec.hosts:
-            raise SpecError("--hosts is for --launcher ssh; Ray places the slots itself")
         return dataclasses.replace(spec, placement=[preflight(spec, processes)])
 
     @classmethod

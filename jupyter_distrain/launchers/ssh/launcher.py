@@ -41,7 +41,7 @@ from ...contract.process import HOST_PLACEHOLDER, Env, ProcessId
 from ...contract.spec import JobSpec, SpecError
 from ...contract.store import runtime_dir
 from ..agent.host import CARRIED, COPIED, MARK
-from ..base import LaunchedProcess, Launcher, ProcessSpec, Slot
+from ..base import LaunchedProcess, Launcher, LauncherOption, ProcessSpec, Slot, in_range, matching
 from ..limits import thread_env
 from ..local import LocalProcess, die_with_parent
 from .hosts import parse_hosts
@@ -85,15 +85,16 @@ def job_directory_template(job_id: str) -> str:
 
 def preflight(spec: JobSpec, processes: int, python: str) -> list[RemoteHost]:
     """Check every host in parallel; one :class:`SpecError` naming each that fails."""
-    hosts = parse_hosts(spec.hosts)
+    given = SshLauncher.option_values(spec)
+    hosts = parse_hosts(given["hosts"])
     capacity = sum(h.slots for h in hosts)
     if processes > capacity:
         raise SpecError(
             f"--hosts offer {capacity} slots; the job needs {processes} processes "
             f"(--workers {spec.workers}" + (f" --ps {spec.ps})" if spec.ps else ")")
         )
-    options = SshOptions.of(spec, python)
-    args = ["preflight", "--backend", spec.backend, "--interface", spec.network_interface]
+    options = SshOptions.of(given, spec.python or python)
+    args = ["preflight", "--backend", spec.backend, "--interface", given["network_interface"]]
 
     def check(name: str) -> dict[str, Any]:
         slots = next(h.slots for h in hosts if h.name == name)
@@ -136,7 +137,9 @@ def _problems(spec: JobSpec, name: str, info: dict[str, Any], hosts: int) -> lis
     if not info["backend_ok"]:
         return [f"host {name}: backend {spec.backend}: {info['backend_why']}"]
     if not info.get("address"):
-        where = spec.network_interface or "the interface ssh arrived on"
+        where = (
+            SshLauncher.option_values(spec)["network_interface"] or "the interface ssh arrived on"
+        )
         return [f"host {name}: no IPv4 address on {where}"]
     if spec.backend != "horovod" or hosts == 1:
         return []
@@ -280,12 +283,51 @@ class SshLauncher(Launcher):
     """Places slots on ``--hosts`` in order, filling each host's slots first."""
 
     name = "ssh"
+    declared_options = (
+        LauncherOption(
+            "hosts",
+            str,
+            "",
+            "ssh launcher: host:slots,... or a hostfile",
+            only_for="a multi-host launcher",
+        ),
+        LauncherOption(
+            "ssh_port",
+            int,
+            22,
+            "ssh launcher: the port",
+            check=in_range(1, 65535, "a port number 1-65535"),
+        ),
+        LauncherOption(
+            "ssh_user",
+            str,
+            "",
+            "ssh launcher: the user on the hosts",
+            check=matching(r"^[a-z_][a-z0-9_.-]{0,31}$", "a user name"),
+        ),
+        LauncherOption("ssh_identity", str, "", "ssh launcher: private key", metavar="FILE"),
+        LauncherOption("ssh_known_hosts", str, "", "ssh launcher: known_hosts", metavar="FILE"),
+        LauncherOption(
+            "ssh_accept_new_hosts",
+            bool,
+            False,
+            "ssh launcher: accept and record the key of a host seen for the first time",
+        ),
+        LauncherOption("remote_python", str, "", "ssh launcher: the interpreter on the hosts"),
+        LauncherOption(
+            "network_interface",
+            str,
+            "",
+            "ssh launcher: the interface to use",
+            check=matching(r"^[A-Za-z0-9_.:@-]{1,15}$", "an interface name"),
+        ),
+    )
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self._control_dir = _control_dir()
         self.options = dataclasses.replace(
-            SshOptions.of(self.spec, sys.executable),
+            SshOptions.of(self.option_values(self.spec), self.spec.python or sys.executable),
             control_path=f"{self._control_dir}/%C" if self._control_dir else "",
         )
         self.hosts = [RemoteHost(**h) for h in self.spec.placement]
@@ -310,7 +352,7 @@ class SshLauncher(Launcher):
                 "Horovod elastic is not supported by --launcher ssh yet: its rendezvous "
                 "server would take (and unpickle) requests from any host on the network"
             )
-        if not spec.hosts:
+        if not cls.option_values(spec)["hosts"]:
             raise SpecError("--launcher ssh needs --hosts host:slots,... (or a hostfile)")
         hosts = preflight(spec, processes, sys.executable)
         return dataclasses.replace(spec, placement=[dataclasses.asdict(h) for h in hosts])

@@ -11,12 +11,10 @@ import re
 import shlex
 import subprocess
 import tempfile
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import TypeVar
-
-from ...contract.spec import JobSpec
+from typing import Any, TypeVar
 
 AGENT_MODULE = "jupyter_distrain.launchers.agent"
 ALIVE_INTERVAL = 2  # seconds between ssh's keepalives; 3 unanswered end the connection
@@ -42,14 +40,16 @@ class SshOptions:
     control_path: str = ""  # ssh's ControlPath: connections share a master per host
 
     @classmethod
-    def of(cls, spec: JobSpec, local_python: str) -> SshOptions:
+    def of(cls, given: Mapping[str, Any], python: str) -> SshOptions:
+        """From the ssh launcher's option values (``SshLauncher.option_values``); ``python``
+        is the interpreter on the hosts where ``--remote-python`` is not given."""
         return cls(
-            spec.ssh_port,
-            spec.ssh_user,
-            spec.ssh_identity,
-            spec.ssh_known_hosts,
-            spec.ssh_accept_new_hosts,
-            spec.remote_python or spec.python or local_python,
+            given["ssh_port"],
+            given["ssh_user"],
+            given["ssh_identity"],
+            given["ssh_known_hosts"],
+            given["ssh_accept_new_hosts"],
+            given["remote_python"] or python,
         )
 
     def _options(self, master: str = "no") -> list[str]:
