@@ -3,6 +3,8 @@ jobs that really ran: every route, authentication, XSRF, and bad requests."""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import json
 import re
 import subprocess
@@ -12,11 +14,14 @@ import urllib.parse
 
 import psutil
 import pytest
+from jupyter_server.auth.authorizer import AllowAllAuthorizer
 from tornado.httpclient import HTTPClientError
 
 from jupyter_distrain.client import api
 from jupyter_distrain.client.job import Job
 from jupyter_distrain.contract.spec import JobSpec
+from jupyter_distrain.contract.store import JobDir
+from jupyter_distrain.server.handlers import MAX_READ_BYTES, _lines_after
 
 pytest_plugins = ["pytest_jupyter.jupyter_server"]
 
@@ -40,9 +45,32 @@ for _ in range(600):
 """
 
 
+class RecordingAuthorizer(AllowAllAuthorizer):
+    """Jupyter's allow-all authorizer that records what it is asked about the extension's
+    resource, and refuses ``write`` on it while ``read_only`` is set (a real authorizer
+    class, loaded by the server from its config)."""
+
+    read_only = False
+    asked: list[tuple[str, str]] = []
+
+    def is_authorized(self, handler, user, action, resource) -> bool:
+        if resource == "distrain":
+            self.asked.append((handler.request.method, action))
+            if action == "write" and RecordingAuthorizer.read_only:
+                return False
+        return True
+
+
 @pytest.fixture
 def jp_server_config():
-    return {"ServerApp": {"jpserver_extensions": {"jupyter_distrain": True}}}
+    RecordingAuthorizer.read_only = False
+    RecordingAuthorizer.asked.clear()
+    return {
+        "ServerApp": {
+            "jpserver_extensions": {"jupyter_distrain": True},
+            "authorizer_class": RecordingAuthorizer,
+        }
+    }
 
 
 def _json(response) -> dict:
@@ -213,6 +241,99 @@ async def test_a_browser_session_needs_the_xsrf_token_to_change_a_job(
     while job.state != "stopped":
         assert time.monotonic() < deadline
         time.sleep(0.2)
+
+
+async def test_a_read_only_authorizer_may_forbid_changes_but_not_reads(jp_fetch):
+    job = _running_job()
+    RecordingAuthorizer.read_only = True
+    listed = await jp_fetch("distrain", "jobs")
+    assert job.id in {j["id"] for j in _json(listed)["jobs"]}
+    await jp_fetch("distrain", "jobs", job.id, "logs")
+    for method in ("PATCH", "DELETE"):
+        body = json.dumps({"workers": 3}) if method == "PATCH" else None
+        code, _ = await _error(jp_fetch, "distrain", "jobs", job.id, method=method, body=body)
+        assert code == 403, method
+    assert job.state == "running" and job.status().generation == 0
+    assert ("GET", "read") in RecordingAuthorizer.asked
+    assert {("PATCH", "write"), ("DELETE", "write")} <= set(RecordingAuthorizer.asked)
+    RecordingAuthorizer.read_only = False
+    assert (await jp_fetch("distrain", "jobs", job.id, method="DELETE")).code == 202
+    assert job.wait(30) == "stopped"
+
+
+async def test_a_scale_waiting_on_its_supervisor_does_not_hold_up_other_requests(jp_fetch):
+    job = _running_job()
+    supervisor = psutil.Process(job.dir.read_control().pid)
+    supervisor.suspend()  # the control channel now answers nothing until it times out
+    try:
+        scale = asyncio.ensure_future(
+            jp_fetch("distrain", "jobs", job.id, method="PATCH", body=json.dumps({"workers": 3}))
+        )
+        await asyncio.sleep(0.5)
+        listed = await jp_fetch("distrain", "jobs")  # served while the scale waits
+        assert job.id in {j["id"] for j in _json(listed)["jobs"]}
+        assert not scale.done(), scale.exception() or scale.result().code
+    finally:
+        supervisor.resume()
+    with contextlib.suppress(HTTPClientError):
+        await scale
+    job.stop()
+
+
+async def test_finished_jobs_are_not_reparsed_on_every_poll(jp_fetch, monkeypatch):
+    job = _finished_job()
+    reads: list[str] = []
+    read_state = JobDir.read_state
+
+    def counted(self):
+        reads.append(self.id)
+        return read_state(self)
+
+    monkeypatch.setattr(JobDir, "read_state", counted)
+    first = _json(await jp_fetch("distrain", "jobs"))["jobs"]
+    made = reads.count(job.id)
+    second = _json(await jp_fetch("distrain", "jobs"))["jobs"]
+    assert first == second and made > 0 and reads.count(job.id) == made
+    job.dir.state_file.write_text(job.dir.state_file.read_text())  # a new file: read again
+    await jp_fetch("distrain", "jobs")
+    assert reads.count(job.id) == 2 * made
+
+
+LONG_LINE = f"""import sys
+sys.stdout.write("x" * {3 * MAX_READ_BYTES // 2} + "\\n")
+print("after the long line", flush=True)
+"""
+
+
+async def test_a_log_line_longer_than_one_read_does_not_stop_the_follow(jp_fetch):
+    job = api.submit(JobSpec(code=LONG_LINE, workers=1, backend="plain"))
+    assert job.wait(60) == "succeeded"
+    offset, lines = 0, []
+    for _ in range(5):
+        answer = _json(
+            await jp_fetch(
+                "distrain",
+                "jobs",
+                job.id,
+                "logs",
+                params={"process": "worker-0", "offset": offset},
+            )
+        )
+        assert answer["offset"] > offset or "after the long line" in lines
+        offset = answer["offset"]
+        lines += answer["lines"]
+    assert "after the long line" in lines
+    assert sum(len(line) for line in lines if set(line) == {"x"}) == 3 * MAX_READ_BYTES // 2
+
+
+def test_a_metrics_line_longer_than_one_read_is_skipped(tmp_path):
+    path = tmp_path / "metrics.jsonl"
+    path.write_bytes(b"{" + b"x" * (2 * MAX_READ_BYTES) + b"}\n" + b'{"step": 1}\n')
+    offset, lines = 0, []
+    for _ in range(4):
+        got, offset = _lines_after(path, offset)
+        lines += got
+    assert lines[-1] == b'{"step": 1}' and offset == path.stat().st_size
 
 
 def test_pip_install_enables_the_server_extension():

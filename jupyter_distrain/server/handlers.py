@@ -2,7 +2,12 @@
 
 Reads are bounded and incremental: a log is read from its end (``tail``) or from a
 byte offset the client got from its last read (``offset``), metrics from the offset
-of the last record read (``since``); never the whole file per poll.
+of the last record read (``since``); never the whole file per poll. A finished job's
+model is kept until its files change, so a store of many old jobs is not reparsed on
+every poll. Scale and stop talk to the job's supervisor (up to seconds) off the event
+loop. Every route is authenticated and then authorized on the ``distrain`` resource
+(``read`` for GET, ``write`` for PATCH/DELETE), so a read-only authorizer can forbid
+changes.
 """
 
 from __future__ import annotations
@@ -11,24 +16,27 @@ import json
 from pathlib import Path
 from typing import Any
 
+from jupyter_server.auth.decorator import authorized
 from jupyter_server.base.handlers import APIHandler
 from jupyter_server.utils import url_path_join
 from tornado import web
+from tornado.ioloop import IOLoop
 
 from ..client.job import Job
 from ..contract.process import ProcessId
-from ..contract.store import JOB_ID_RE, find_job_dir, list_job_dirs
+from ..contract.store import FINAL_STATES, JOB_ID_RE, JobDir, find_job_dir, list_job_dirs
 from ..contract.tail import LineReader, last_lines
 from .models import job_model
 
 MAX_TAIL_LINES = 5000
 MAX_READ_BYTES = 256 * 1024  # one incremental read of a log or of the metrics
 MAX_RECORDS = 5000
+AUTH_RESOURCE = "distrain"  # what a Jupyter authorizer is asked about
 
 
 def _job(job_id: str) -> Job:
     """The job ``job_id`` (exactly), or 404."""
-    if not JOB_ID_RE.match(job_id):
+    if not JOB_ID_RE.fullmatch(job_id):
         raise web.HTTPError(404, f"no job {job_id!r}")
     try:
         job_dir = find_job_dir(job_id)
@@ -41,11 +49,53 @@ def _job(job_id: str) -> Job:
 
 def _lines_after(path: Path, offset: int) -> tuple[list[bytes], int]:
     """The complete lines written after byte ``offset`` (a bounded read), and the offset
-    after the last of them (a line still being written is read next time)."""
+    after the last of them (a line still being written is read next time). A line
+    longer than one read (a ``\r`` progress bar) comes in pieces of one read each, so
+    the offset always moves on."""
     reader = LineReader(path)
     reader.offset = offset
     lines = reader.read(MAX_READ_BYTES)
+    if not lines and reader.behind:
+        piece = reader.flush()
+        return piece, offset + sum(len(p) for p in piece)
     return lines, offset + sum(len(line) + 1 for line in lines)
+
+
+class ModelCache:
+    """The models of finished jobs, each kept while its ``state.json`` and ``spec.json``
+    are unchanged (a finished job's files change only when it is removed or edited by
+    hand); a live job's model is made anew on every request."""
+
+    def __init__(self) -> None:
+        self._models: dict[Path, tuple[tuple[int, ...], dict[str, Any]]] = {}
+
+    @staticmethod
+    def _stamp(job_dir: JobDir) -> tuple[int, ...]:
+        stamp: list[int] = []
+        for path in (job_dir.state_file, job_dir.spec_file):
+            try:
+                info = path.stat()
+            except OSError:
+                return ()
+            stamp += [info.st_mtime_ns, info.st_size, info.st_ino]
+        return tuple(stamp)
+
+    def models(self, job_dirs: list[JobDir]) -> list[dict[str, Any]]:
+        """The model of every job in ``job_dirs``; entries of jobs no longer there go."""
+        fresh: dict[Path, tuple[tuple[int, ...], dict[str, Any]]] = {}
+        out = []
+        for job_dir in job_dirs:
+            stamp = self._stamp(job_dir)
+            kept = self._models.get(job_dir.path)
+            if stamp and kept is not None and kept[0] == stamp:
+                model = kept[1]
+            else:
+                model = job_model(Job(job_dir))
+            if stamp and model["state"] in FINAL_STATES:
+                fresh[job_dir.path] = (stamp, model)
+            out.append(model)
+        self._models = fresh
+        return out
 
 
 def _int_argument(handler: APIHandler, name: str, default: int, low: int, high: int) -> int:
@@ -59,25 +109,36 @@ def _int_argument(handler: APIHandler, name: str, default: int, low: int, high: 
     return value
 
 
-class JobsHandler(APIHandler):
+class DistrainHandler(APIHandler):
+    """What every route of the extension shares: the resource it is authorized on."""
+
+    auth_resource = AUTH_RESOURCE
+
+
+class JobsHandler(DistrainHandler):
     """``GET /distrain/jobs``: every job, newest first."""
 
+    cache = ModelCache()
+
     @web.authenticated
+    @authorized
     def get(self) -> None:
-        jobs = [job_model(Job(d)) for d in list_job_dirs()]
+        jobs = self.cache.models(list_job_dirs())
         jobs.sort(key=lambda j: j["created"] or 0, reverse=True)
         self.finish(json.dumps({"jobs": jobs}))
 
 
-class JobHandler(APIHandler):
+class JobHandler(DistrainHandler):
     """``GET``, ``PATCH`` (``{"workers": n}``: scale) and ``DELETE`` (stop) one job."""
 
     @web.authenticated
+    @authorized
     def get(self, job_id: str) -> None:
         self.finish(json.dumps(job_model(_job(job_id))))
 
     @web.authenticated
-    def patch(self, job_id: str) -> None:
+    @authorized
+    async def patch(self, job_id: str) -> None:
         job = _job(job_id)
         body = self._body()
         workers = body.get("workers")
@@ -88,15 +149,16 @@ class JobHandler(APIHandler):
         if job.done:
             raise web.HTTPError(409, f"job {job_id} has ended: it cannot scale")
         try:
-            job.scale(workers)
+            await IOLoop.current().run_in_executor(None, job.scale, workers)
         except (ValueError, RuntimeError, OSError) as exc:
             raise web.HTTPError(409, str(exc)) from None
         self.finish(json.dumps(job_model(job)))
 
     @web.authenticated
-    def delete(self, job_id: str) -> None:
+    @authorized
+    async def delete(self, job_id: str) -> None:
         job = _job(job_id)
-        job.stop(wait=False)
+        await IOLoop.current().run_in_executor(None, lambda: job.stop(wait=False))
         self.set_status(202)
         self.finish(json.dumps(job_model(job)))
 
@@ -110,12 +172,13 @@ class JobHandler(APIHandler):
         return body
 
 
-class LogsHandler(APIHandler):
+class LogsHandler(DistrainHandler):
     """``GET /distrain/jobs/<id>/logs?process=worker-0``: the last ``tail`` lines (default
     100), or with ``offset`` the lines written since that byte offset (the answer's
     ``offset`` is where the next read starts)."""
 
     @web.authenticated
+    @authorized
     def get(self, job_id: str) -> None:
         job = _job(job_id)
         logs = job.dir.log_files()
@@ -142,24 +205,26 @@ class LogsHandler(APIHandler):
         )
 
 
-class MetricsHandler(APIHandler):
+class MetricsHandler(DistrainHandler):
     """``GET /distrain/jobs/<id>/metrics?since=OFFSET``: the metric records stored after
     that byte offset of ``metrics.jsonl`` (at most a bounded read), and the offset to
     ask from next."""
 
     @web.authenticated
+    @authorized
     def get(self, job_id: str) -> None:
         job = _job(job_id)
         since = _int_argument(self, "since", 0, 0, 2**62)
-        lines, _ = _lines_after(job.dir.metrics_file, since)
-        lines = lines[:MAX_RECORDS]
+        lines, offset = _lines_after(job.dir.metrics_file, since)
+        if len(lines) > MAX_RECORDS:
+            lines = lines[:MAX_RECORDS]
+            offset = since + sum(len(line) + 1 for line in lines)
         records = []
         for line in lines:
             try:
                 records.append(json.loads(line))
-            except ValueError:
+            except ValueError:  # not a record (or a piece of an overlong line): skipped
                 continue
-        offset = since + sum(len(line) + 1 for line in lines)
         self.finish(json.dumps({"records": records, "since": offset}))
 
 
