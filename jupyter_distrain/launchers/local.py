@@ -2,15 +2,12 @@
 
 from __future__ import annotations
 
-import contextlib
-import ctypes
 import dataclasses
 import logging
 import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
@@ -19,8 +16,19 @@ import psutil
 from ..contract.process import ProcessId
 from ..contract.spec import JobSpec, SpecError
 from ..contract.store import JobStatus
+from ..pool import client as pool_client
+from ..pool import kinds as pool_kinds
+from ..processes import (
+    become_subreaper,
+    die_with_parent,
+    kill_descendants,
+    reap_zombies,
+    same_process,
+    signal_tree,
+)
 from . import gpus
 from .base import LaunchedProcess, Launcher, ProcessSpec, Slot
+from .handles import AdoptedProcess, LocalProcess
 from .isolation import private_network
 from .limits import CpuQuota, cpu_set, thread_env
 
@@ -29,117 +37,6 @@ log = logging.getLogger(__name__)
 WORKER_MODULE = "jupyter_distrain.worker"
 PROCESSES_PER_CORE = 4  # oversubscription a local job may ask for
 MIN_PROCESS_LIMIT = 8
-_PR_SET_PDEATHSIG = 1
-_PR_SET_CHILD_SUBREAPER = 36
-ADOPTED_POLL_SECONDS = 0.1
-
-
-def _prctl(option: int, value: int) -> None:
-    if sys.platform.startswith("linux"):
-        ctypes.CDLL(None, use_errno=True).prctl(option, value)
-
-
-def die_with_parent() -> None:
-    """Ask the kernel to SIGKILL this child if the supervisor dies."""
-    _prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
-
-
-def tree_of(process: psutil.Process) -> list[psutil.Process]:
-    """The process and every descendant that is still there."""
-    try:
-        return [process, *process.children(recursive=True)]
-    except psutil.NoSuchProcess:
-        return []
-
-
-def tree_rss(process: psutil.Process) -> int:
-    total = 0
-    for p in tree_of(process):
-        with contextlib.suppress(psutil.NoSuchProcess):
-            total += p.memory_info().rss
-    return total
-
-
-def signal_tree(process: psutil.Process, sig: int) -> None:
-    """Signal a process, its whole process group, and descendants that left the group."""
-    members = tree_of(process)
-    with contextlib.suppress(ProcessLookupError, PermissionError, psutil.NoSuchProcess):
-        if process.is_running():
-            os.killpg(os.getpgid(process.pid), sig)
-    for member in members[1:]:
-        with contextlib.suppress(psutil.NoSuchProcess):
-            member.send_signal(sig)
-
-
-def same_process(pid: int | None, create_time: float | None) -> psutil.Process | None:
-    """The running process ``pid`` if it is the one that started at ``create_time``."""
-    if not pid or create_time is None:
-        return None
-    try:
-        process = psutil.Process(pid)
-        if abs(process.create_time() - create_time) < 0.01:
-            return process
-    except psutil.NoSuchProcess:
-        pass
-    return None
-
-
-class KnownProcess(LaunchedProcess):
-    """Signals and memory through a ``psutil.Process`` (pid and start time), which refuses
-    a pid that another process has reused since."""
-
-    process: psutil.Process
-
-    def signal(self, sig: int, tree: bool = False) -> None:
-        if tree:
-            signal_tree(self.process, sig)
-            return
-        with contextlib.suppress(psutil.NoSuchProcess):
-            self.process.send_signal(sig)
-
-    def memory_bytes(self) -> int:
-        return tree_rss(self.process)
-
-    def gpu_usage(self) -> gpus.GpuUsage | None:
-        return gpus.usage(self.gpus)
-
-
-class LocalProcess(KnownProcess):
-    """A process this launcher started."""
-
-    def __init__(self, popen: subprocess.Popen[bytes]):
-        self.popen = popen
-        self.pid = popen.pid
-        self.process = psutil.Process(popen.pid)
-        self.create_time = self.process.create_time()
-
-    def wait(self) -> int:
-        return self.popen.wait()
-
-    def poll(self) -> int | None:
-        return self.popen.poll()
-
-
-class AdoptedProcess(KnownProcess):
-    """A process another of ours started (an MPI rank). Its exit code is what it reports
-    itself (bye), so here it is only alive or not."""
-
-    def __init__(self, pid: int):
-        self.pid = pid
-        self.process = psutil.Process(pid)
-        self.create_time = self.process.create_time()
-
-    def poll(self) -> int | None:
-        try:
-            running = self.process.status() != psutil.STATUS_ZOMBIE and self.process.is_running()
-        except psutil.NoSuchProcess:
-            running = False
-        return None if running else 0
-
-    def wait(self) -> int:
-        while self.poll() is None:
-            time.sleep(ADOPTED_POLL_SECONDS)
-        return 0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -170,7 +67,7 @@ class LocalLauncher(Launcher):
         self._started: set[int] = set()
         self._pooled_ids: set[ProcessId] = set()  # processes that could come from the pool
         self._pool_env: dict[str, str] | None = None
-        _prctl(_PR_SET_CHILD_SUBREAPER, 1)
+        become_subreaper()
 
     @classmethod
     def check_capacity(cls, spec: JobSpec, processes: int) -> JobSpec:
@@ -199,15 +96,13 @@ class LocalLauncher(Launcher):
 
     @classmethod
     def choose_pool(cls, spec: JobSpec, environ: dict[str, str]) -> JobSpec:
-        from ..pool import client, kinds
-
-        kind = kinds.KIND_OF_BACKEND.get(spec.backend)
-        if not spec.pool or kind is None or not kinds.enabled(environ):
+        kind = pool_kinds.KIND_OF_BACKEND.get(spec.backend)
+        if not spec.pool or kind is None or not pool_kinds.enabled(environ):
             return spec
         if spec.python not in ("", sys.executable):
             return spec
         try:
-            socket_path = client.ensure(kind, environ)
+            socket_path = pool_client.ensure(kind, environ)
         except OSError as exc:
             log.warning("no warm pool: %s", exc)
             return spec
@@ -265,11 +160,9 @@ class LocalLauncher(Launcher):
         argv = launch.proc.argv
         if not self.spec.pool_socket or argv[1:3] != ["-m", WORKER_MODULE]:
             return None
-        from ..pool import client, kinds
-
         self._pooled_ids.add(launch.proc.id)
         self._pool_env = launch.env
-        return client.claim(
+        return pool_client.claim(
             self.spec.pool_socket,
             {
                 "argv": argv,
@@ -278,7 +171,7 @@ class LocalLauncher(Launcher):
                 "log": str(launch.log_path),
                 "cpus": sorted(launch.cpus) if launch.cpus else None,
                 "job": str(self.job.path),
-                "per_job": kinds.per_job_names(self.spec.env),
+                "per_job": pool_kinds.per_job_names(self.spec.env),
             },
         )
 
@@ -299,26 +192,17 @@ class LocalLauncher(Launcher):
         return stopped
 
     def sweep(self) -> None:
-        for child in psutil.Process().children(recursive=True):
-            with contextlib.suppress(psutil.NoSuchProcess):
-                child.kill()
+        kill_descendants()
         self.reap()
 
     def reap(self) -> None:
-        for child in psutil.Process().children():
-            if child.pid in self._started:
-                continue  # left to its Popen object
-            with contextlib.suppress(ChildProcessError, psutil.NoSuchProcess):
-                if child.status() == psutil.STATUS_ZOMBIE:
-                    os.waitpid(child.pid, os.WNOHANG)
+        reap_zombies(keep=self._started)  # those are left to their Popen objects
 
     def close(self) -> None:
         for quota in self._quotas:
             quota.close()
         if self._pooled_ids and self._pool_env is not None:
-            from ..pool import client, kinds
-
             # the next run of the same cell finds its processes imported and waiting
-            per_job = kinds.per_job_names(self.spec.env)
+            per_job = pool_kinds.per_job_names(self.spec.env)
             count = len(self._pooled_ids)
-            client.want(self.spec.pool_socket, count, self._pool_env, per_job)
+            pool_client.want(self.spec.pool_socket, count, self._pool_env, per_job)

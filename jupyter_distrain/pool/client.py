@@ -27,7 +27,8 @@ from typing import Any
 import psutil
 
 from ..contract.store import MAX_SOCKET_PATH, check_private, jobs_root
-from ..launchers.local import KnownProcess, same_process
+from ..launchers.handles import ADOPTED_POLL_SECONDS, AdoptedProcess
+from ..processes import same_process
 from . import wire
 from .kinds import pool_name
 
@@ -35,7 +36,6 @@ log = logging.getLogger(__name__)
 
 CONNECT_SECONDS = 2.0
 CLAIM_SECONDS = 15.0  # the keeper waits up to 10 s for the pooled process itself
-GONE_POLL_SECONDS = 0.1
 
 
 def pools_dir(root: Path | None = None, create: bool = False) -> Path:
@@ -75,7 +75,7 @@ def ensure(kind: str, environ: dict[str, str]) -> str:
     return str(path)
 
 
-class PooledProcess(KnownProcess):
+class PooledProcess(AdoptedProcess):
     """A pooled process a job took. Its parent is the keeper, which sends its exit code
     on the claim's connection; that connection closing first (a lost keeper) leaves only
     alive-or-not, as for an adopted process (its bye carries its code)."""
@@ -93,7 +93,7 @@ class PooledProcess(KnownProcess):
     def poll(self) -> int | None:
         with self._lock:
             if self._code is not None or self._connection is None:
-                return self._code if self._code is not None else self._gone()
+                return self._code if self._code is not None else super().poll()
             readable, _, _ = select.select([self._connection], [], [], 0)
             if readable:
                 try:
@@ -104,15 +104,8 @@ class PooledProcess(KnownProcess):
                     self._code = body["exit"]
                 self._connection.close()
                 self._connection = None
-                return self._code if self._code is not None else self._gone()
+                return self._code if self._code is not None else super().poll()
             return None
-
-    def _gone(self) -> int | None:
-        try:
-            running = self.process.is_running() and self.process.status() != psutil.STATUS_ZOMBIE
-        except psutil.NoSuchProcess:
-            running = False
-        return None if running else 0
 
     def wait(self) -> int:
         while (code := self.poll()) is None:
@@ -121,7 +114,7 @@ class PooledProcess(KnownProcess):
                 with contextlib.suppress(OSError, ValueError):
                     select.select([connection], [], [], 1.0)
             else:
-                time.sleep(GONE_POLL_SECONDS)
+                time.sleep(ADOPTED_POLL_SECONDS)
         return code
 
 

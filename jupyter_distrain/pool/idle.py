@@ -12,16 +12,15 @@ from __future__ import annotations
 import ctypes
 import importlib
 import os
-import signal
 import socket
 import sys
 from typing import Any
 
+from ..processes import die_with_parent, outlive_parent
 from . import wire
 from .kinds import PREIMPORTS
 
 CLONE_NEWNET = 0x40000000
-_PR_SET_PDEATHSIG = 1
 
 
 def _libc() -> ctypes.CDLL:
@@ -85,7 +84,7 @@ def become(claim: dict[str, Any], fds: list[int], imported_env: dict[str, str]) 
 
 def main(argv: list[str]) -> int:
     fd, kind = int(argv[0]), argv[1]
-    _libc().prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+    die_with_parent()
     sock = socket.socket(fileno=fd)
     imported_env = preimport(kind)
     wire.send(sock, {"ready": True})
@@ -100,7 +99,7 @@ def main(argv: list[str]) -> int:
     except (OSError, KeyError, TypeError) as exc:
         wire.send(sock, {"error": str(exc)})
         return 3
-    _libc().prctl(_PR_SET_PDEATHSIG, 0)  # the job's now: it outlives the keeper
+    outlive_parent()  # the job's now: it outlives the keeper
     wire.send(sock, {"ok": True})
     sock.close()
     return sys.modules["jupyter_distrain.worker.__main__"].main()

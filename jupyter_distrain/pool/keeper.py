@@ -39,7 +39,7 @@ import psutil
 
 from ..contract.process import Env
 from ..contract.store import write_atomic
-from ..launchers.local import die_with_parent, signal_tree
+from ..processes import become_subreaper, die_with_parent, reap_zombies, signal_tree, tree_rss
 from . import wire
 from .kinds import PREIMPORTS, import_env
 
@@ -51,7 +51,6 @@ MIN_FREE_BYTES = 2 * 2**30
 CLAIM_SECONDS = 5.0  # a ready pooled process answers a claim within this
 WAIT_SECONDS = 8.0  # a claim waits this long for a process still importing
 TICK_SECONDS = 5.0  # the loop wakes on requests and on SIGCHLD; this is for expiry only
-_PR_SET_CHILD_SUBREAPER = 36
 
 
 @dataclasses.dataclass
@@ -320,7 +319,7 @@ class Keeper:
         """Whether memory allows one more idle process."""
         if psutil.virtual_memory().available < MIN_FREE_BYTES:
             return False
-        held = [rss(p.pid) for p in self.idle.values() if p.ready]
+        held = [tree_rss(p.pid) for p in self.idle.values() if p.ready]
         each = max(held) if held else 0
         return sum(held) + each <= self.settings.memory_bytes
 
@@ -415,14 +414,14 @@ class Keeper:
                     signal_tree(child, signal.SIGKILL)
 
     def _reap_orphans(self) -> None:
-        for child in self._orphans():
-            with contextlib.suppress(ChildProcessError, psutil.Error):
-                if child.status() == psutil.STATUS_ZOMBIE:
-                    os.waitpid(child.pid, os.WNOHANG)
+        reap_zombies(keep=self._pool_pids())
+
+    def _pool_pids(self) -> set[int]:
+        return {p.pid for p in [*self.idle.values(), *self.claimed.values()]}
 
     def _orphans(self) -> list[psutil.Process]:
         """Our children that are not pool processes: what a job's process left to us."""
-        known = {p.pid for p in [*self.idle.values(), *self.claimed.values()]}
+        known = self._pool_pids()
         return [child for child in psutil.Process().children() if child.pid not in known]
 
     def state(self) -> dict[str, Any]:
@@ -449,13 +448,6 @@ class Keeper:
             self._saved = text
 
 
-def rss(pid: int) -> int:
-    try:
-        return psutil.Process(pid).memory_info().rss
-    except psutil.Error:
-        return 0
-
-
 def main(argv: list[str]) -> int:
     directory, kind = Path(argv[0]), argv[1]
     lock = os.open(directory / "keeper.lock", os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)
@@ -468,9 +460,7 @@ def main(argv: list[str]) -> int:
         level=logging.INFO,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
-    import ctypes
-
-    ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_CHILD_SUBREAPER, 1)
+    become_subreaper()
     keeper = Keeper(directory, kind, Settings.from_env(os.environ))
     for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
         signal.signal(sig, lambda *_: sys.exit(0))

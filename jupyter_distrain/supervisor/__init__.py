@@ -18,6 +18,7 @@ import signal
 import socket
 import sys
 
+from .. import processes
 from ..backends.base import WorkerCommand
 from ..contract.store import JobDir
 from ..plugins import LAUNCHERS, load_plugin
@@ -42,7 +43,7 @@ def main(argv: list[str] | None = None) -> int:
         level=logging.INFO,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
-    warden.become_subreaper()
+    processes.become_subreaper()
     child = os.fork()
     if child:
         os.close(lock_fd)  # the supervisor alone holds it: the lock dies with it

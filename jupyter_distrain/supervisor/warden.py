@@ -13,26 +13,17 @@ socket, no lock and no thread: a few MiB of a freshly started interpreter.
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import logging
 import os
 import signal
-import sys
 import time
 
-import psutil
-
 from ..contract.store import JobDir
+from ..processes import kill_descendants, reap_zombies
 
 log = logging.getLogger(__name__)
 
-_PR_SET_CHILD_SUBREAPER = 36
 SETTLE_SECONDS = 0.3  # keep sweeping until no new orphan appears for this long
-
-
-def become_subreaper() -> None:
-    if sys.platform.startswith("linux"):
-        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_CHILD_SUBREAPER, 1)
 
 
 def watch(job: JobDir, supervisor: int) -> int:
@@ -67,23 +58,10 @@ def sweep() -> list[int]:
     killed: list[int] = []
     quiet_since = time.monotonic()
     while time.monotonic() - quiet_since < SETTLE_SECONDS:
-        children = psutil.Process().children(recursive=True)
-        for child in children:
-            with contextlib.suppress(psutil.NoSuchProcess):
-                child.kill()
-                killed.append(child.pid)
-        _reap()
+        children = kill_descendants()
+        killed += children
+        reap_zombies()
         if children:
             quiet_since = time.monotonic()
         time.sleep(0.05)
     return sorted(set(killed))
-
-
-def _reap() -> None:
-    while True:
-        try:
-            pid, _ = os.waitpid(-1, os.WNOHANG)
-        except ChildProcessError:
-            return
-        if pid == 0:
-            return

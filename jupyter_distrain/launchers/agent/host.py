@@ -15,14 +15,16 @@ One short program per ssh session, light to import (no TensorFlow, no ZeroMQ):
   the whole process tree is killed: nothing outlives its connection.
 - ``guard DIR``: hold the host while processes that another program started (mpirun's
   ranks) run there for the job; when the session ends or falls silent, kill them.
-- ``finish DIR``: write a tar of what the job produced there (its result, checkpoints)
-  to stdout, then remove the directory.
+- ``send DIR``: stream a tar of what the job produced there that comes back
+  (:data:`RETURNED`: its result, its checkpoints; regular files and directories only)
+  to stdout, as it is read; the directory stays.
+- ``remove DIR``: remove the job's directory here (once the notebook side has stored
+  what ``send`` sent). ``finish DIR`` is both, as older launchers ask.
 """
 
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import io
 import json
 import os
@@ -35,7 +37,9 @@ import sys
 import tarfile
 import time
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
+
+from ... import processes
 
 MARK = "\x1ejupyter_distrain "  # starts every line the agent writes to stderr
 HEARTBEAT_TIMEOUT = 10.0  # seconds without a ping before the agent kills its process
@@ -43,8 +47,9 @@ REPORT_SECONDS = 2.0  # how often memory is reported
 SOCKET_WAIT = 10.0  # seconds to wait for ssh's forwarded sockets to appear
 COPIED = ("spec.json", "train.py", "push.pkl", "control")  # what a host needs of a job
 CARRIED = ("checkpoints",)  # what a restarted job takes back to its hosts (Keras backups)
-NOT_RETURNED = {*COPIED, "logs"}  # what ``finish`` does not send back
-_PR_SET_CHILD_SUBREAPER = 36
+RESULT = "result.pkl"  # what rank 0 bound to ``result`` (--out)
+CHECKPOINTS = "checkpoints"
+RETURNED = (RESULT, CHECKPOINTS)  # what ``send`` sends back; the notebook accepts no more
 
 
 def report(**fields: Any) -> None:
@@ -54,7 +59,8 @@ def report(**fields: Any) -> None:
 
 
 # --- preflight ------------------------------------------------------------------------
-def _interface_of(address: str) -> str:
+def interface_of(address: str) -> str:
+    """The network interface that holds ``address`` here ("" when none does)."""
     import psutil
 
     for name, addresses in psutil.net_if_addrs().items():
@@ -106,7 +112,7 @@ def preflight(backend: str, interface: str, ports: int) -> dict[str, Any]:
     if interface:
         found["iface"], found["address"] = interface, _address_of(interface)
     else:
-        found["iface"], found["address"] = _interface_of(server), server
+        found["iface"], found["address"] = interface_of(server), server
     if found["address"]:
         found["ports"] = free_ports(found["address"], ports)
         found["network"] = _network_of(found["iface"], found["address"])
@@ -149,62 +155,57 @@ def unpack(directory: Path, data: bytes) -> None:
             (directory / name).chmod(0o600)
 
 
-def pack(directory: Path) -> bytes:
-    """A tar of what the job produced in ``directory`` (its result, checkpoints)."""
-    buffer = io.BytesIO()
-    with tarfile.open(fileobj=buffer, mode="w") as tar:
-        if directory.is_dir():
-            for entry in sorted(directory.iterdir()):
-                if _produced(entry):
-                    tar.add(entry, entry.name)
-    return buffer.getvalue()
+def pack(directory: Path, out: IO[bytes]) -> None:
+    """Write a tar of what comes back from ``directory`` (:data:`RETURNED`) to ``out``,
+    member by member as it is read (never the whole archive in memory): regular files
+    and directories only; links, sockets and devices stay behind."""
+    with tarfile.open(fileobj=out, mode="w|", format=tarfile.PAX_FORMAT) as tar:
+        for name in RETURNED:
+            _add_tree(tar, directory, name)
 
 
-def _produced(entry: Path) -> bool:
-    return (
-        entry.name not in NOT_RETURNED and not entry.is_socket() and not entry.name.startswith(".")
-    )
+def _add_tree(tar: tarfile.TarFile, directory: Path, name: str) -> None:
+    path = directory / name
+    try:
+        mode = path.lstat().st_mode
+    except OSError:  # absent (no result, no checkpoint), or gone meanwhile
+        return
+    if stat.S_ISREG(mode):
+        tar.add(path, name, recursive=False)
+    elif stat.S_ISDIR(mode):
+        tar.add(path, name, recursive=False)
+        for child in sorted(os.listdir(path)):
+            _add_tree(tar, directory, f"{name}/{child}")
+
+
+def remove(directory: Path) -> None:
+    """Remove the job's directory here, and the job's, once no host directory is left."""
+    shutil.rmtree(directory, ignore_errors=True)
+    with contextlib.suppress(OSError):
+        directory.parent.rmdir()
 
 
 # --- running one process ------------------------------------------------------------------
-def _kill_tree(root_pid: int) -> None:
+def _kill_all(process: subprocess.Popen[bytes]) -> None:
+    """Kill the process and everything below this agent (orphans come to us: subreaper)."""
     import psutil
 
-    members = []
-    with contextlib.suppress(psutil.NoSuchProcess):
-        members.append(psutil.Process(root_pid))
-    members += psutil.Process().children(recursive=True)
-    for member in members:
-        with contextlib.suppress(psutil.NoSuchProcess):
-            member.kill()
+    processes.kill_descendants()
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        process.wait(0.5)
     for member in psutil.Process().children():
-        with contextlib.suppress(psutil.NoSuchProcess, ChildProcessError):
+        with contextlib.suppress(psutil.NoSuchProcess, psutil.TimeoutExpired):
             member.wait(0.5)
 
 
 def _signal(process: subprocess.Popen[bytes], sig: int, tree: bool) -> None:
     import psutil
 
-    with contextlib.suppress(ProcessLookupError, PermissionError):
+    with contextlib.suppress(ProcessLookupError, psutil.NoSuchProcess):
         if tree:
-            os.killpg(process.pid, sig)
-            for child in psutil.Process(process.pid).children(recursive=True):
-                with contextlib.suppress(psutil.NoSuchProcess):
-                    child.send_signal(sig)
+            processes.signal_tree(psutil.Process(process.pid), sig)
         else:
             process.send_signal(sig)
-
-
-def _tree_rss(pid: int) -> int:
-    import psutil
-
-    total = 0
-    with contextlib.suppress(psutil.NoSuchProcess):
-        root = psutil.Process(pid)
-        for member in [root, *root.children(recursive=True)]:
-            with contextlib.suppress(psutil.NoSuchProcess):
-                total += member.memory_info().rss
-    return total
 
 
 def _wait_for_sockets(paths: list[str]) -> None:
@@ -244,7 +245,7 @@ def run(directory: Path) -> int:
     """Run the process described on stdin's first line until it exits or we are cut off."""
     import psutil
 
-    ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_CHILD_SUBREAPER, 1)
+    processes.become_subreaper()
     commands = CommandReader(sys.stdin.fileno())
     request = json.loads(commands.first_line())
     _wait_for_sockets(request.get("sockets", []))
@@ -270,7 +271,7 @@ def run(directory: Path) -> int:
         report(pid=process.pid, create_time=psutil.Process(process.pid).create_time())
         return _serve(process, commands)
     except OSError:  # the connection is gone (a write to it failed)
-        _kill_tree(process.pid)
+        _kill_all(process)
         return 1
 
 
@@ -284,7 +285,7 @@ def _serve(process: subprocess.Popen[bytes], commands: CommandReader) -> int:
             if words[:1] == [b"signal"] and len(words) == 3:
                 _signal(process, int(words[1]), words[2] == b"1")
         if commands.closed:  # the connection or the launcher is gone
-            _kill_tree(process.pid)
+            _kill_all(process)
             return 1
         readable, _, _ = select.select([commands.fd], [], [], 0.2)
         if readable:
@@ -292,14 +293,14 @@ def _serve(process: subprocess.Popen[bytes], commands: CommandReader) -> int:
             heard = time.monotonic()
         now = time.monotonic()
         if now - heard > HEARTBEAT_TIMEOUT:
-            _kill_tree(process.pid)
+            _kill_all(process)
             report(lost=f"nothing heard from the launcher for {HEARTBEAT_TIMEOUT:g} s")
             return 1
         if now - reported >= REPORT_SECONDS:
             reported = now
-            report(rss=_tree_rss(process.pid))
+            report(rss=processes.tree_rss(process.pid))
         code = process.poll()
-    _kill_tree(process.pid)  # what it left behind (orphans come to us: subreaper)
+    _kill_all(process)  # what it left behind (orphans come to us: subreaper)
     report(exit=code)
     return 0
 
@@ -321,7 +322,7 @@ def guard(directory: Path) -> int:
             if words[:1] == [b"kill"] and len(words) == 3:
                 signal_job_process(directory, int(words[1]), int(words[2]))
         starters.update(_starters_of(directory))
-    killed = kill_job_processes(directory) + _kill_same(starters)
+    killed = kill_job_processes(directory) + processes.kill_same(starters)
     with contextlib.suppress(OSError):
         report(guard_killed=killed)
     return 0
@@ -350,20 +351,6 @@ def _starters_of(directory: Path) -> dict[int, float]:
                 if parent is not None and parent.name() == "orted":
                     found[parent.pid] = parent.create_time()
     return found
-
-
-def _kill_same(processes: dict[int, float]) -> list[int]:
-    """Kill each (pid, start time) that is still that process."""
-    import psutil
-
-    killed = []
-    for pid, started in processes.items():
-        with contextlib.suppress(psutil.Error):
-            proc = psutil.Process(pid)
-            if abs(proc.create_time() - started) < 0.01:
-                proc.kill()
-                killed.append(pid)
-    return killed
 
 
 def kill_job_processes(directory: Path) -> list[int]:
@@ -398,7 +385,7 @@ def main(argv: list[str]) -> int:
     check.add_argument("--backend", required=True)
     check.add_argument("--interface", default="")
     check.add_argument("--ports", type=int, default=0)
-    for name in ("unpack", "run", "guard", "finish"):
+    for name in ("unpack", "run", "guard", "send", "remove", "finish"):
         commands.add_parser(name).add_argument("directory")
     args = parser.parse_args(argv)
     if args.command == "preflight":
@@ -412,9 +399,9 @@ def main(argv: list[str]) -> int:
         return run(directory)
     if args.command == "guard":
         return guard(directory)
-    sys.stdout.buffer.write(pack(directory))
-    sys.stdout.flush()
-    shutil.rmtree(directory, ignore_errors=True)
-    with contextlib.suppress(OSError):
-        directory.parent.rmdir()  # the job's directory, once no host directory is left
+    if args.command in ("send", "finish"):
+        pack(directory, sys.stdout.buffer)
+        sys.stdout.flush()
+    if args.command in ("remove", "finish"):
+        remove(directory)
     return 0

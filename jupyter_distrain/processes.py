@@ -1,0 +1,143 @@
+"""Process primitives every launcher, the warden, the host agent and the pool use.
+
+- a process tree: :func:`tree_of`, :func:`signal_tree`, :func:`kill_tree`,
+  :func:`tree_rss`, and this process's own descendants (:func:`kill_descendants`,
+  :func:`reap_zombies`);
+- identity that survives pid reuse: :func:`same_process` (pid and start time),
+  :func:`kill_same`, :func:`running`;
+- the kernel's process bonds, through ``prctl`` (here only): :func:`become_subreaper`
+  (orphans below us become our children) and :func:`die_with_parent` /
+  :func:`outlive_parent` (the parent-death signal).
+
+Light to import (the host agent imports it on remote hosts): the standard library and
+psutil only.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import os
+import signal
+import sys
+
+import psutil
+
+_PR_SET_PDEATHSIG = 1
+_PR_SET_CHILD_SUBREAPER = 36
+SAME_START_SECONDS = 0.01  # two start times this close are one process's
+
+
+def _prctl(option: int, value: int) -> None:
+    if sys.platform.startswith("linux"):
+        ctypes.CDLL(None, use_errno=True).prctl(option, value)
+
+
+def become_subreaper() -> None:
+    """Make orphans of this process's descendants its children, not init's."""
+    _prctl(_PR_SET_CHILD_SUBREAPER, 1)
+
+
+def die_with_parent() -> None:
+    """Ask the kernel to SIGKILL this process when its parent dies (a ``preexec_fn``)."""
+    _prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+
+
+def outlive_parent() -> None:
+    """Undo :func:`die_with_parent`: this process now outlives its parent."""
+    _prctl(_PR_SET_PDEATHSIG, 0)
+
+
+def same_process(pid: int | None, create_time: float | None) -> psutil.Process | None:
+    """The running process ``pid`` if it is the one that started at ``create_time``."""
+    if not pid or create_time is None:
+        return None
+    try:
+        process = psutil.Process(pid)
+        if abs(process.create_time() - create_time) < SAME_START_SECONDS:
+            return process
+    except psutil.NoSuchProcess:
+        pass
+    return None
+
+
+def running(process: psutil.Process) -> bool:
+    """Whether ``process`` (the one psutil knows, not a reuse of its pid) still runs."""
+    try:
+        return process.is_running() and process.status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
+def tree_of(process: psutil.Process) -> list[psutil.Process]:
+    """The process and every descendant that is still there."""
+    try:
+        return [process, *process.children(recursive=True)]
+    except psutil.NoSuchProcess:
+        return []
+
+
+def tree_rss(process: psutil.Process | int) -> int:
+    """The resident memory of a process and its descendants together; 0 once it is gone."""
+    if isinstance(process, int):
+        try:
+            process = psutil.Process(process)
+        except psutil.NoSuchProcess:
+            return 0
+    total = 0
+    for member in tree_of(process):
+        with contextlib.suppress(psutil.NoSuchProcess, psutil.AccessDenied):
+            total += member.memory_info().rss
+    return total
+
+
+def signal_tree(process: psutil.Process, sig: int) -> None:
+    """Signal a process, its whole process group, and descendants that left the group."""
+    members = tree_of(process)
+    with contextlib.suppress(ProcessLookupError, PermissionError, psutil.NoSuchProcess):
+        if process.is_running():
+            os.killpg(os.getpgid(process.pid), sig)
+    for member in members[1:]:
+        with contextlib.suppress(psutil.NoSuchProcess):
+            member.send_signal(sig)
+
+
+def kill_tree(pid: int, create_time: float) -> None:
+    """SIGKILL the process ``pid`` (if it is still the one started at ``create_time``),
+    its process group and everything below it."""
+    process = same_process(pid, create_time)
+    if process is not None:
+        signal_tree(process, signal.SIGKILL)
+
+
+def kill_same(processes: dict[int, float]) -> list[int]:
+    """SIGKILL each ``pid: start time`` that is still that process; the pids killed."""
+    killed = []
+    for pid, started in processes.items():
+        process = same_process(pid, started)
+        if process is not None:
+            with contextlib.suppress(psutil.Error):
+                process.kill()
+                killed.append(pid)
+    return killed
+
+
+def kill_descendants() -> list[int]:
+    """SIGKILL every descendant of this process; the pids killed."""
+    killed = []
+    for child in psutil.Process().children(recursive=True):
+        with contextlib.suppress(psutil.NoSuchProcess):
+            child.kill()
+            killed.append(child.pid)
+    return killed
+
+
+def reap_zombies(keep: set[int] | frozenset[int] = frozenset()) -> None:
+    """Collect this process's children that have ended, but for ``keep`` (children
+    that a ``Popen`` object waits for)."""
+    for child in psutil.Process().children():
+        if child.pid in keep:
+            continue
+        with contextlib.suppress(ChildProcessError, psutil.NoSuchProcess):
+            if child.status() == psutil.STATUS_ZOMBIE:
+                os.waitpid(child.pid, os.WNOHANG)
