@@ -235,3 +235,16 @@ class Launcher(ABC):
 
     def close(self) -> None:  # noqa: B027
         """Release whatever the launcher holds (cgroups, connections)."""
+
+    def warn(self, text: str) -> None:
+        """A warning line for the user (what a host sent back and was refused, say): the
+        supervisor takes it (:meth:`take_warnings`) into the job's state, events and log."""
+        self.__dict__.setdefault("_warnings", []).append(text)
+
+    def take_warnings(self) -> list[str]:
+        """The warnings since the last call (thread-safe: a host's thread may warn)."""
+        pending: list[str] = self.__dict__.get("_warnings", [])
+        taken = []
+        while pending:  # each pop is atomic: a warning added meanwhile waits for the next call
+            taken.append(pending.pop(0))
+        return taken

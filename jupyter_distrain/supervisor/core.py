@@ -164,6 +164,9 @@ class Supervisor:
         return self.status
 
     def save(self) -> None:
+        if self.gen is not None:  # what the launcher found for the user (refused files)
+            for text in self.gen.launcher.take_warnings():
+                self.warn(text)
         self.dirty = False
         status = self.snapshot()
         self.job.write_state(status)
