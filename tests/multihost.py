@@ -29,16 +29,18 @@ class SshHost:
     host_key: Path
     sshd: subprocess.Popen[bytes] | None = None
 
-    def start_sshd(self, name_address: str = "") -> None:
+    def start_sshd(self, name_address: str = "", hostname: str = "") -> None:
         """sshd in the host's network namespace, with the host's own name (a UTS
         namespace) resolving to its address (its own /etc/hosts), as on a real host:
         Horovod's Gloo binds some of its contexts to the address the host name has.
-        ``name_address``: what the name resolves to instead (Debian's 127.0.1.1)."""
+        ``name_address``: what the name resolves to instead (Debian's 127.0.1.1);
+        ``hostname``: the host's name instead of its namespace's."""
         hosts_file = self.config.with_name("hosts")
         named = name_address or self.address
-        hosts_file.write_text(f"127.0.0.1 localhost\n{named} {self.name}\n")
+        hostname = hostname or self.name
+        hosts_file.write_text(f"127.0.0.1 localhost\n{named} {hostname}\n")
         script = (
-            f"hostname {self.name} && mount --bind {hosts_file} /etc/hosts && "
+            f"hostname {hostname} && mount --bind {hosts_file} /etc/hosts && "
             f"exec {SSHD} -D -e -f {self.config}"
         )
         self.sshd = subprocess.Popen(

@@ -112,3 +112,9 @@ def test_an_older_spec_json_with_the_options_at_the_top_level_still_reads():
     spec = JobSpec.from_dict(older)
     assert spec.launcher_options == {"hosts": "h1:2", "ssh_user": "deploy"}
     assert JobSpec.from_dict(json.loads(json.dumps(spec.to_dict()))) == spec
+
+
+def test_ssh_never_forwards_the_agent_or_x11():
+    options = SshOptions(port=2222, control_path="/tmp/masters/%C")
+    for argv in (options.ssh_argv("h2", ["true"]), ["ssh", *options.rsh_options()]):
+        assert argv[:3] == ["ssh", "-a", "-x"], argv  # first: ssh keeps the first value given

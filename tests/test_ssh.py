@@ -28,6 +28,7 @@ from jupyter_distrain.client.widget import JobWidget
 from jupyter_distrain.contract.process import ProcessId
 from jupyter_distrain.contract.spec import JobSpec, SpecError
 from jupyter_distrain.contract.store import list_job_dirs
+from jupyter_distrain.launchers.ssh.session import SshOptions
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="network namespaces need root")
 
@@ -277,6 +278,43 @@ def test_a_host_whose_name_resolves_to_loopback_is_refused_for_horovod(cluster, 
     finally:
         host.kill_sshd()
         host.start_sshd()
+
+
+def test_a_socket_path_too_long_for_a_host_is_refused_naming_the_limit(cluster, jobs_root):
+    host = cluster.hosts[1]
+    host.kill_sshd()
+    host.start_sshd(hostname="h" * 63)  # the job's directory there is named by the host
+    try:
+        message = _refused(cluster, jobs_root)
+        assert message.startswith("--hosts: host 10.232.0.12: the job's sockets there (/")
+        assert "over the 108 a Unix socket's path may have" in message
+        assert "sshd_config" not in message and "10.232.0.11" not in message
+    finally:
+        host.kill_sshd()
+        host.start_sshd()
+
+
+def test_ssh_sessions_never_forward_the_users_agent(cluster, tmp_path):
+    """A ``ForwardAgent yes`` (here on the command line, as in a user's ssh config) does not
+    hand the user's agent to the hosts."""
+    socket = tmp_path / "agent.sock"
+    agent = subprocess.Popen(["ssh-agent", "-D", "-a", str(socket)], stdout=subprocess.DEVNULL)
+    try:
+        wait_for(socket.exists, 10, what="ssh-agent")
+        options = SshOptions(SSH_PORT, "", str(cluster.identity), str(cluster.known_hosts))
+        shown = ["sh", "-c", "echo agent=${SSH_AUTH_SOCK:-none}"]
+        argv = options.ssh_argv(cluster.hosts[0].address, shown, "-o", "ForwardAgent=yes")
+        done = subprocess.run(
+            argv,
+            env={**os.environ, "SSH_AUTH_SOCK": str(socket)},
+            capture_output=True,
+            text=True,
+            timeout=30,
+        )
+        assert done.stdout.strip() == "agent=none", done.stdout + done.stderr
+    finally:
+        agent.kill()
+        agent.wait()
 
 
 def _running(job: Job, seconds: float = 60) -> None:

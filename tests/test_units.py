@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 import json
+import os
+import shutil
+import subprocess
+import sys
 
 import pytest
 from IPython.core.interactiveshell import InteractiveShell
@@ -96,3 +100,40 @@ def test_job_directory_is_created_private(jobs_root):
         "logs",
         "checkpoints",
     }
+
+
+SHOW_RUNTIME_DIR = """\
+import os
+from jupyter_distrain.contract.store import runtime_dir
+first, again = runtime_dir(), runtime_dir()
+(first / "control.sock").touch()
+info = first.lstat()
+print(first, again, oct(info.st_mode & 0o777), info.st_uid == os.getuid())
+"""
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or not shutil.which("unshare"), reason="needs root")
+@pytest.mark.parametrize(
+    "made_first", ["mkdir -m 700 {d} && chown 65534 {d}", "mkdir -m 755 {d}", "ln -s /var {d}"]
+)
+def test_a_runtime_directory_another_user_made_first_is_passed_over(made_first):
+    """Without XDG_RUNTIME_DIR, /tmp/jupyter-distrain-<uid> may be another user's (or
+    open to others): a fresh private directory is used instead of refusing every job."""
+    shared = f"/tmp/jupyter-distrain-{os.getuid()}"
+    script = (  # a /tmp of its own: the real one stays as it is
+        f"mount -t tmpfs tmpfs /tmp && {made_first.format(d=shared)} && "
+        f"{sys.executable} -c '{SHOW_RUNTIME_DIR}' && ls -A {shared}/"
+    )
+    env = {k: v for k, v in os.environ.items() if k != "XDG_RUNTIME_DIR"}
+    done = subprocess.run(
+        ["unshare", "--mount", "sh", "-c", script],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+    first, again, mode, mine, *listed = done.stdout.split()
+    assert first == again and first.startswith("/tmp/") and first != shared
+    assert (mode, mine) == ("0o700", "True")
+    assert "control.sock" not in listed  # nothing went into the other user's directory

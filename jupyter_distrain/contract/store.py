@@ -16,15 +16,21 @@ Layout (mode 0700)::
 
 from __future__ import annotations
 
+import atexit
+import contextlib
 import dataclasses
 import errno
 import fcntl
 import ipaddress
 import json
+import logging
 import os
 import re
 import secrets
+import shutil
 import stat
+import tempfile
+import threading
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -39,6 +45,7 @@ FINAL_STATES = frozenset({"succeeded", "failed", "stopped"})
 LIVE_PROCESS_STATES = frozenset({"pending", "starting", "running"})
 # a row whose process was running when its supervisor was lost: "lost" until someone
 # stops it, then "killed"
+log = logging.getLogger(__name__)
 MAX_SOCKET_PATH = 100  # sun_path holds 108 bytes
 RESERVE_BYTES = 256 * 1024
 
@@ -207,13 +214,37 @@ def short_socket_path(preferred: Path, name: str) -> Path:
 
 
 def runtime_dir() -> Path:
-    """A private per-user directory with a short path, for sockets."""
+    """A private per-user directory with a short path, for sockets:
+    ``$XDG_RUNTIME_DIR/jupyter-distrain-<uid>`` (under ``/tmp`` without it). Where that
+    is not this user's own 0700 directory (in ``/tmp`` another user can make it first),
+    a fresh private one of this process's, removed when the process exits."""
+    global _fallback_runtime
     runtime = Path(os.environ.get("XDG_RUNTIME_DIR") or "/tmp") / f"jupyter-distrain-{os.getuid()}"
-    runtime.mkdir(mode=0o700, exist_ok=True)
-    info = runtime.lstat()
-    if info.st_uid != os.getuid() or info.st_mode & 0o077 or not stat.S_ISDIR(info.st_mode):
-        raise PermissionError(f"{runtime} is not a private directory of this user")
-    return runtime
+    with contextlib.suppress(OSError):
+        runtime.mkdir(mode=0o700)
+    if _is_private_dir(runtime):
+        return runtime
+    with _fallback_lock:
+        if _fallback_runtime is None or not _is_private_dir(_fallback_runtime):
+            made = Path(tempfile.mkdtemp(prefix=f"jd-{os.getuid()}-", dir="/tmp"))
+            atexit.register(shutil.rmtree, made, ignore_errors=True)
+            log.warning("%s is not a private directory of this user: using %s", runtime, made)
+            _fallback_runtime = made
+        return _fallback_runtime
+
+
+_fallback_runtime: Path | None = None  # runtime_dir's, once the shared one was refused
+_fallback_lock = threading.Lock()
+
+
+def _is_private_dir(path: Path) -> bool:
+    """Whether ``path`` is a directory (not a link) of this user that only it can use."""
+    try:
+        info = path.lstat()
+    except OSError:
+        return False
+    mine = stat.S_ISDIR(info.st_mode) and info.st_uid == os.getuid()
+    return mine and stat.S_IMODE(info.st_mode) == 0o700
 
 
 def jobs_root(create: bool = False) -> Path:

@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import io
 import json
 import logging
 import os
@@ -32,19 +31,20 @@ import signal
 import socket
 import subprocess
 import sys
-import tarfile
 import threading
 import time
 from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
 from ...contract.cellcheck import uses_horovod_elastic
 from ...contract.spec import JobSpec, SpecError
-from ..agent.host import CARRIED, COPIED
+from ..agent.client import EXIT_LOST, job_files_archive
+from ..agent.delivery import Delivery, PulledStream, Received, one_line, result_slots
 from ..base import LaunchedProcess, Launcher, LauncherOption, ProcessSpec, Slot
 from ..limits import thread_env
-from .node import EXIT_LOST, SlotAgent
+from .node import ROOT, SlotAgent
 
 log = logging.getLogger(__name__)
 
@@ -256,6 +256,7 @@ class RayLauncher(Launcher):
         self.driver: str = cluster.get("driver", "127.0.0.1")
         self.group: Any = None
         self.actors: list[SlotActor] = []
+        self._result_slots: set[int] = set()  # rank 0's: the result comes from it
 
     # --- at submit -------------------------------------------------------------------
     @classmethod
@@ -324,7 +325,7 @@ class RayLauncher(Launcher):
         ]
         self.actors = [SlotActor(h, "", "") for h in handles]  # close() kills them, whatever
         infos = ray.get([h.describe.remote() for h in handles], timeout=self.spec.timeout)
-        files = ray.put(self._files())
+        files = ray.put(job_files_archive(self.job.path))
         ray.get([h.unpack.remote(files) for h in handles], timeout=CALL_SECONDS)
         for actor, info in zip(self.actors, infos, strict=True):
             actor.address, actor.iface = info["address"], info["iface"]
@@ -337,15 +338,6 @@ class RayLauncher(Launcher):
             seen[actor.address] += 1
         log.info("slots on %s in %.1f s", dict(seen), time.monotonic() - started)
         return slots
-
-    def _files(self) -> bytes:
-        """A tar of the job's files a worker needs (and what a restart carries)."""
-        buffer = io.BytesIO()
-        with tarfile.open(fileobj=buffer, mode="w") as tar:
-            for entry in (*COPIED, *CARRIED):
-                if (self.job.path / entry).exists():
-                    tar.add(self.job.path / entry, entry)
-        return buffer.getvalue()
 
     def driver_address(self) -> str:
         return self.driver
@@ -372,6 +364,7 @@ class RayLauncher(Launcher):
         actor = self.actors[proc.slot.index]
         env = {**thread_env(self.spec.cpu), **self.spec.env, **proc.env}
         python = self.spec.python or sys.executable
+        self._result_slots.update(slot.index for slot in result_slots(proc))
         started = ray.get(
             actor.handle.start.remote({"argv": proc.argv, "env": env}, str(proc.id), python),
             timeout=CALL_SECONDS,
@@ -389,26 +382,43 @@ class RayLauncher(Launcher):
             ray.get(calls, timeout=CALL_SECONDS)
 
     def close(self) -> None:
-        """Bring back what the job produced, then kill the actors, remove the group."""
+        """Bring back what the job produced (as :mod:`..agent.delivery` accepts it), then
+        kill the actors, remove the group."""
         import ray
 
-        calls = [a.handle.finish.remote() for a in self.actors]
-        results = []
-        for index, call in enumerate(calls):
-            try:
-                results.append(ray.get(call, timeout=CALL_SECONDS))
-            except Exception as exc:
-                log.warning("cannot bring back slot %d's files: %s", index, exc)
-                results.append(b"")
-        for data in reversed(results):  # slot 0 (rank 0) last: its files win
-            if data:
-                with tarfile.open(fileobj=io.BytesIO(data)) as tar:
-                    tar.extractall(self.job.path, filter="data")
+        delivery = Delivery(self.job.path, self.warn)
+        with ThreadPoolExecutor(max_workers=max(1, min(16, len(self.actors)))) as pool:
+            list(pool.map(lambda index: self._bring_back(index, delivery), range(len(self.actors))))
         for actor in self.actors:
             with contextlib.suppress(Exception):
                 ray.kill(actor.handle, no_restart=True)
         self.actors = []
         self._remove_group()
+
+    def _bring_back(self, index: int, delivery: Delivery) -> None:
+        """Slot ``index``'s files, streamed from its actor into ``delivery``; its directory
+        on the node is removed only once they are stored here."""
+        import ray
+
+        actor = self.actors[index]
+        source = f"slot {index} on {actor.address or 'its node'}"
+
+        def fetch(size: int) -> bytes:
+            return ray.get(actor.handle.send_read.remote(size), timeout=CALL_SECONDS)
+
+        try:
+            ray.get(actor.handle.send_open.remote(), timeout=CALL_SECONDS)
+            received = delivery.receive(source, PulledStream(fetch), index in self._result_slots)
+            if received.complete:
+                ray.get(actor.handle.remove.remote(), timeout=CALL_SECONDS)
+        except Exception as exc:  # the actor or its node is gone
+            received = Received(source, problem=one_line(exc))
+        if not received.complete:
+            where = f"~/{ROOT}/{self.job.id}/slot{index}"
+            self.warn(
+                f"{source}: what the job produced there was not brought back "
+                f"({received.problem}); it stays on the node in {where}"
+            )
 
     def _remove_group(self) -> None:
         from ray.util.placement_group import remove_placement_group

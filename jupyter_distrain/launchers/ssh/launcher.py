@@ -17,7 +17,6 @@ the process tree on its host when its connection ends or goes silent.
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import io
 import ipaddress
@@ -40,7 +39,7 @@ from ...contract.cellcheck import uses_horovod_elastic
 from ...contract.process import HOST_PLACEHOLDER, Env, ProcessId
 from ...contract.spec import JobSpec, SpecError
 from ...contract.store import runtime_dir
-from ..agent.host import CARRIED, COPIED, MARK
+from ..agent.client import HANG_UP_SECONDS, AgentClient, job_files_archive
 from ..base import LaunchedProcess, Launcher, LauncherOption, ProcessSpec, Slot, in_range, matching
 from ..limits import thread_env
 from ..local import LocalProcess, die_with_parent
@@ -51,10 +50,9 @@ log = logging.getLogger(__name__)
 _TAG_RE = re.compile(rb"\[\d+,(\d+)\]<std(?:out|err)>:")  # mpirun --tag-output
 
 REMOTE_ROOT = ".jupyter_distrain/jobs"  # under the remote user's home
-PING_SECONDS = 2.0
 FINISH_SECONDS = 30.0
-EXIT_LOST = 255  # ssh's own exit code: the connection failed
-HANG_UP_SECONDS = 5.0  # for ssh to end once its agent was told to
+MAX_SOCKET_BYTES = 107  # a Unix socket's path: sun_path holds 108 bytes, the last a NUL
+MOST_STARTS = 999_999  # the longest start count in a socket's name (restarts included)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -76,6 +74,25 @@ class RemoteHost:
         """The job's private directory on this host, named by the host's own name (so
         distinct even when hosts share a file system, and the same template for all)."""
         return f"{self.home}/{REMOTE_ROOT}/{job_id}/{self.hostname}"
+
+
+def remote_socket(directory: str, start: int, channel: str) -> str:
+    """Where the launcher's ``start``-th process finds the supervisor's ``channel``
+    ("control", "metrics") on its host: a socket ssh forwards there (``-R``)."""
+    return f"{directory}/{start}-{channel}.sock"
+
+
+def _socket_problem(spec: JobSpec, name: str, info: dict[str, Any]) -> str:
+    """Why the job's sockets cannot be made on ``name`` (too long a path), or ""."""
+    job_id = f"{spec.name}-{'0' * 6}"  # as long as JobDir.create's: the name, 6 hex digits
+    where = RemoteHost(name, 1, "", "", info["home"], "", [], info["name"]).directory(job_id)
+    longest = len(remote_socket(where, MOST_STARTS, "control").encode())
+    if longest <= MAX_SOCKET_BYTES:
+        return ""
+    return (
+        f"host {name}: the job's sockets there ({where}/...) would have paths of up to "
+        f"{longest} bytes, over the 108 a Unix socket's path may have (use a shorter --name)"
+    )
 
 
 def job_directory_template(job_id: str) -> str:
@@ -136,6 +153,9 @@ def _problems(spec: JobSpec, name: str, info: dict[str, Any], hosts: int) -> lis
     """What stops ``name`` (as its pre-flight found it) from running the job."""
     if not info["backend_ok"]:
         return [f"host {name}: backend {spec.backend}: {info['backend_why']}"]
+    too_long = _socket_problem(spec, name, info)
+    if too_long:
+        return [too_long]
     if not info.get("address"):
         where = (
             SshLauncher.option_values(spec)["network_interface"] or "the interface ssh arrived on"
@@ -173,55 +193,43 @@ def _routable(address: str) -> bool:
 
 
 class SshProcess(LaunchedProcess):
-    """One process on a host, run by the agent under its own ssh connection."""
+    """One process on a host (or a host's guard), run by the agent under its own ssh
+    connection; :attr:`agent` talks to the agent over the connection's pipes."""
 
-    def __init__(self, popen: subprocess.Popen[bytes], host: str, log_path: Path):
+    def __init__(
+        self,
+        popen: subprocess.Popen[bytes],
+        host: str,
+        log_path: Path,
+        request: dict[str, Any] | None = None,
+    ):
+        assert popen.stdin is not None and popen.stderr is not None
         self.popen = popen
         self.host = host
         self.log_path = log_path
-        self.pid = 0
-        self.rss = 0
-        self.exit_code: int | None = None
-        self.errors: list[str] = []  # what ssh itself said
+        self.agent = AgentClient(popen.stdin, popen.stderr, request)
         self._noted = False  # the log says the connection was lost
-        self._write_lock = threading.Lock()
-        self._reader = threading.Thread(target=self._read, daemon=True)
-        self._reader.start()
 
-    def _read(self) -> None:
-        assert self.popen.stderr is not None
-        for raw in self.popen.stderr:
-            line = raw.decode(errors="replace").rstrip("\n")
-            if not line.startswith(MARK):
-                self.errors.append(line)
-                continue
-            report = json.loads(line[len(MARK) :])
-            if "pid" in report:
-                self.pid, self.create_time = report["pid"], report["create_time"]
-            self.rss = report.get("rss", self.rss)
-            if "exit" in report:
-                self.exit_code = report["exit"]
+    @property
+    def pid(self) -> int:  # type: ignore[override]
+        return self.agent.pid
 
-    def send(self, line: str) -> None:
-        """A command for the agent (``signal``, ``ping``); ignored once the link is gone."""
-        assert self.popen.stdin is not None
-        with self._write_lock, contextlib.suppress(OSError, ValueError):
-            self.popen.stdin.write(line.encode() + b"\n")
-            self.popen.stdin.flush()
+    @property
+    def create_time(self) -> float | None:  # type: ignore[override]
+        return self.agent.create_time if self.agent.pid else None
 
     def _code(self) -> int:
-        self._reader.join(timeout=5)
-        if self.exit_code is not None:
-            return self.exit_code
-        self._note_lost()
-        return EXIT_LOST
+        self.agent.wait_ended(HANG_UP_SECONDS)
+        if self.agent.exit_code is None:
+            self._note_lost()
+        return self.agent.outcome()
 
     def _note_lost(self) -> None:
         """Say in the process's log why it ended without an exit code: the connection."""
         if self._noted:
             return
         self._noted = True
-        said = "; ".join(e for e in self.errors if e) or f"ssh exited with {self.popen.returncode}"
+        said = self.agent.said(f"ssh exited with {self.popen.returncode}")
         with open(self.log_path, "a") as log_file:
             log_file.write(f"\njupyter_distrain: lost the connection to host {self.host}: {said}\n")
 
@@ -235,16 +243,14 @@ class SshProcess(LaunchedProcess):
         return self._code()
 
     def signal(self, sig: int, tree: bool = False) -> None:
-        self.send(f"signal {int(sig)} {int(tree)}")
+        self.agent.signal(sig, tree)
 
     def memory_bytes(self) -> int:
-        return self.rss
+        return self.agent.rss
 
     def hang_up(self) -> None:
         """End the connection (the agent then kills whatever is left on its host)."""
-        if self.popen.stdin is not None:
-            with self._write_lock, contextlib.suppress(OSError):
-                self.popen.stdin.close()
+        self.agent.hang_up()
 
     def wait_closed(self, seconds: float) -> None:
         """Wait for ssh to end after :meth:`hang_up`; kill it when it does not."""
@@ -273,7 +279,7 @@ class RemoteRank(LaunchedProcess):
         return 0
 
     def signal(self, sig: int, tree: bool = False) -> None:
-        self.guard.send(f"kill {self.pid} {int(sig)}")
+        self.guard.agent.kill(self.pid, sig)
 
     def memory_bytes(self) -> int:
         return 0  # not measured on the host (mpirun's ranks): --memory does not apply
@@ -337,9 +343,6 @@ class SshLauncher(Launcher):
         self._guards: dict[str, SshProcess] = {}  # by host name: for mpirun's ranks
         self._mpirun: LaunchedProcess | None = None
         self._starts = 0
-        self._closed = threading.Event()
-        self._pinger = threading.Thread(target=self._ping, daemon=True)
-        self._pinger.start()
 
     @classmethod
     def check_capacity(cls, spec: JobSpec, processes: int) -> JobSpec:
@@ -405,12 +408,8 @@ class SshLauncher(Launcher):
 
     def _unpack(self, name: str) -> None:
         self.options.open_master(name, timeout=self.spec.timeout)
-        buffer = io.BytesIO()
-        with tarfile.open(fileobj=buffer, mode="w") as tar:
-            for entry in (*COPIED, *CARRIED):
-                if (self.job.path / entry).exists():
-                    tar.add(self.job.path / entry, entry)
-        self.options.run(name, ["unpack", self._directory(name)], buffer.getvalue())
+        files = job_files_archive(self.job.path)
+        self.options.run(name, ["unpack", self._directory(name)], files)
         self._unpacked.add(name)
 
     def _directory(self, name: str) -> str:
@@ -436,7 +435,7 @@ class SshLauncher(Launcher):
         forwards, remote_env = [], {}
         for key, scheme in ((Env.CONTROL, "unix:"), (Env.METRICS, "ipc://")):
             local = proc.env[key].removeprefix(scheme)
-            remote = f"{directory}/{proc.id}-{self._starts}-{key.rsplit('_', 1)[1].lower()}.sock"
+            remote = remote_socket(directory, self._starts, key.rsplit("_", 1)[1].lower())
             forwards += ["-R", f"{remote}:{local}"]
             remote_env[key] = scheme + remote
         env = {**thread_env(self.spec.cpu), **self.spec.env, **proc.env, **remote_env}
@@ -446,14 +445,19 @@ class SshLauncher(Launcher):
             "env": env,
             "sockets": [f.split(":")[0] for f in forwards[1::2]],
         }
-        handle = self._session(name, ["run", directory], forwards, log_path)
-        handle.send(json.dumps(request))
-        return handle  # not waiting for its pid: the next start's ssh connects meanwhile
+        # not waiting for its pid: the next start's ssh connects meanwhile
+        return self._session(name, ["run", directory], forwards, log_path, request)
 
     def _session(
-        self, name: str, agent_args: list[str], forwards: list[str], log_path: Path
+        self,
+        name: str,
+        agent_args: list[str],
+        forwards: list[str],
+        log_path: Path,
+        request: dict[str, Any] | None = None,
     ) -> SshProcess:
-        """An ssh session on ``name`` running the agent, its stdout appended to ``log_path``."""
+        """An ssh session on ``name`` running the agent (sent ``request`` first), its
+        stdout appended to ``log_path``."""
         with open(log_path, "ab", buffering=0) as log_file:
             popen = subprocess.Popen(
                 self.options.ssh_argv(name, self.options.agent(*agent_args), *forwards),
@@ -462,7 +466,7 @@ class SshLauncher(Launcher):
                 stderr=subprocess.PIPE,
                 start_new_session=True,
             )
-        handle = SshProcess(popen, name, log_path)
+        handle = SshProcess(popen, name, log_path, request)
         self._processes.append(handle)
         return handle
 
@@ -524,12 +528,6 @@ class SshLauncher(Launcher):
             for file in logs.values():
                 file.close()
 
-    def _ping(self) -> None:
-        while not self._closed.wait(PING_SECONDS):
-            for handle in list(self._processes):
-                if handle.popen.poll() is None:
-                    handle.send("ping")
-
     def adopt(self, pid: int, host: str) -> LaunchedProcess | None:
         """One of mpirun's ranks, by its pid on the host that calls itself ``host``."""
         for remote in self.hosts:
@@ -545,7 +543,6 @@ class SshLauncher(Launcher):
             handle.wait_closed(max(0.0, deadline - time.monotonic()))
 
     def close(self) -> None:
-        self._closed.set()
         self.sweep()
         failures = [r for r in on_each(sorted(self._unpacked), self._finish) if r is not None]
         for failure in failures:

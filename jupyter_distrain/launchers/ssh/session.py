@@ -54,7 +54,9 @@ class SshOptions:
 
     def _options(self, master: str = "no") -> list[str]:
         checking = "accept-new" if self.accept_new else "yes"
-        argv = ["ssh", "-p", str(self.port), "-o", "BatchMode=yes"]
+        # -a -x: never the user's agent or X display to a host (a ForwardAgent yes in
+        # their ssh config would hand the agent to every host of every job)
+        argv = ["ssh", "-a", "-x", "-p", str(self.port), "-o", "BatchMode=yes"]
         argv += ["-o", f"StrictHostKeyChecking={checking}", "-o", "LogLevel=ERROR"]
         argv += ["-o", f"ServerAliveInterval={ALIVE_INTERVAL}", "-o", "ServerAliveCountMax=3"]
         argv += ["-o", f"ConnectTimeout={CONNECT_TIMEOUT}", "-o", "ExitOnForwardFailure=yes"]

@@ -1,0 +1,128 @@
+"""The launchers' side of the host agent (:mod:`.host`): one client for both the ssh
+launcher (the agent's pipes are an ssh session's) and the Ray launcher (the pipes of
+the agent subprocess a slot's actor starts on its node).
+
+A :class:`AgentClient` writes command lines to the agent's stdin (the request first,
+then ``ping``, ``signal`` or ``kill``) and reads its stderr: marked report lines
+(:data:`~.host.MARK`: pid and start time, memory, exit code) and, unmarked, what
+ssh, Python or the agent said. An agent that ended without reporting an exit code
+was lost: :data:`EXIT_LOST`. :func:`job_files_archive` builds what is sent to a host
+before anything starts there.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import tarfile
+import threading
+from pathlib import Path
+from typing import IO, Any
+
+from .host import CARRIED, COPIED, MARK
+
+EXIT_LOST = 255  # the agent ended without reporting an exit code (ssh's own failure code)
+HANG_UP_SECONDS = 5.0  # for an agent to end once its stdin is closed
+PING_SECONDS = 2.0  # the agent kills its process after HEARTBEAT_TIMEOUT without one
+
+
+def job_files_archive(job_path: Path) -> bytes:
+    """A tar of the job's files a host needs (:data:`~.host.COPIED`) and what a restarted
+    job carries back to its hosts (:data:`~.host.CARRIED`)."""
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w") as tar:
+        for entry in (*COPIED, *CARRIED):
+            if (job_path / entry).exists():
+                tar.add(job_path / entry, entry)
+    return buffer.getvalue()
+
+
+class AgentClient:
+    """One run of the agent (``run`` or ``guard``) over its stdin (``commands``) and its
+    stderr (``reports``). ``request``, when given, is sent first (``run`` reads its
+    process's argv and environment from the first line); then a ping every
+    :data:`PING_SECONDS` until the agent ends or is hung up on."""
+
+    def __init__(
+        self, commands: IO[bytes], reports: IO[bytes], request: dict[str, Any] | None = None
+    ):
+        self.commands = commands
+        self.reports = reports
+        self.pid = 0
+        self.create_time = 0.0
+        self.rss = 0
+        self.exit_code: int | None = None  # as the agent reported it
+        self.errors: list[str] = []  # the unmarked lines: what ssh or the agent said
+        self._started = threading.Event()
+        self._hung_up = threading.Event()
+        self._write_lock = threading.Lock()
+        self._reader = threading.Thread(target=self._read, name="agent-reports", daemon=True)
+        self._reader.start()
+        if request is not None:
+            self.send(json.dumps(request))
+        threading.Thread(target=self._ping, name="agent-ping", daemon=True).start()
+
+    def _read(self) -> None:
+        try:
+            for raw in self.reports:
+                line = raw.decode(errors="replace").rstrip("\n")
+                if not line.startswith(MARK):
+                    self.errors.append(line)
+                    continue
+                report = json.loads(line[len(MARK) :])
+                if "pid" in report:
+                    self.pid, self.create_time = report["pid"], report["create_time"]
+                    self._started.set()
+                self.rss = report.get("rss", self.rss)
+                if "exit" in report:
+                    self.exit_code = report["exit"]
+        finally:
+            self._started.set()
+
+    def _ping(self) -> None:
+        while self._reader.is_alive() and not self._hung_up.wait(PING_SECONDS):
+            self.send("ping")
+
+    def send(self, line: str) -> None:
+        """One command line for the agent; ignored once the link is gone."""
+        with self._write_lock, contextlib.suppress(OSError, ValueError):
+            self.commands.write(line.encode() + b"\n")
+            self.commands.flush()
+
+    def signal(self, sig: int, tree: bool) -> None:
+        """``run``: send ``sig`` to the agent's process (and its tree, with ``tree``)."""
+        self.send(f"signal {int(sig)} {int(tree)}")
+
+    def kill(self, pid: int, sig: int) -> None:
+        """``guard``: send ``sig`` to the job's process ``pid`` on the agent's host."""
+        self.send(f"kill {int(pid)} {int(sig)}")
+
+    def wait_started(self, seconds: float) -> bool:
+        """Whether the agent reported its process's pid within ``seconds``."""
+        return self._started.wait(seconds) and self.pid != 0
+
+    def ended(self) -> bool:
+        """Whether the agent is gone (its stderr ended) and all it said has been read."""
+        return not self._reader.is_alive()
+
+    def wait_ended(self, seconds: float) -> bool:
+        """Wait up to ``seconds`` for the agent to end; whether it has."""
+        self._reader.join(seconds)
+        return self.ended()
+
+    def hang_up(self) -> None:
+        """Close the agent's stdin: it kills whatever is left of its process tree and ends."""
+        self._hung_up.set()
+        with self._write_lock, contextlib.suppress(OSError, ValueError):
+            self.commands.close()
+
+    def outcome(self) -> int:
+        """The process's exit code as the agent reported it, else :data:`EXIT_LOST`
+        (call once the agent has ended)."""
+        return EXIT_LOST if self.exit_code is None else self.exit_code
+
+    def said(self, otherwise: str) -> str:
+        """What the agent's stderr said besides its reports, on one line (``otherwise``
+        when it said nothing)."""
+        return "; ".join(e for e in self.errors if e) or otherwise
