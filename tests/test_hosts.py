@@ -7,6 +7,7 @@ import json
 import pytest
 from IPython.core.interactiveshell import InteractiveShell
 
+from jupyter_distrain import plugins
 from jupyter_distrain.client import api, cml
 from jupyter_distrain.client.magics import DistributedMagics
 from jupyter_distrain.contract.spec import JobSpec, SpecError
@@ -118,3 +119,21 @@ def test_ssh_never_forwards_the_agent_or_x11():
     options = SshOptions(port=2222, control_path="/tmp/masters/%C")
     for argv in (options.ssh_argv("h2", ["true"]), ["ssh", *options.rsh_options()]):
         assert argv[:3] == ["ssh", "-a", "-x"], argv  # first: ssh keeps the first value given
+
+
+def test_a_launcher_that_cannot_be_imported_leaves_the_others_options(monkeypatch):
+    load = plugins.load_plugin
+
+    def load_but_ray(group, name):
+        if name == "ray":
+            raise ImportError("a half-installed plugin")
+        return load(group, name)
+
+    monkeypatch.setattr(plugins, "load_plugin", load_but_ray)
+    plugins.launcher_options.cache_clear()
+    try:
+        assert "ray_address" not in plugins.launcher_options()
+        spec = JobSpec(code="", launcher="ssh", hosts="h1:2").validate()
+        assert spec.launcher_options == {"hosts": "h1:2"}
+    finally:
+        plugins.launcher_options.cache_clear()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import inspect
 import math
 import os
 import re
@@ -133,6 +134,7 @@ class JobSpec(_JobFields):
 
 
 _FIELD_NAMES = frozenset(f.name for f in dataclasses.fields(_JobFields))
+JobSpec.__signature__ = inspect.signature(_JobFields)  # type: ignore[attr-defined]  # help()
 
 
 def _as_options(given: dict[str, Any], strict: bool = False) -> dict[str, Any]:
@@ -156,6 +158,8 @@ def _as_options(given: dict[str, Any], strict: bool = False) -> dict[str, Any]:
 def _check_launcher_options(launcher: str, given: dict[str, Any]) -> None:
     """Each option as the launcher declaring it checks it (``launcher``'s own declaration
     where it shares the name), then the options refused with another launcher."""
+    if not given:
+        return
     from ..plugins import launcher_options
 
     declared = launcher_options()
