@@ -16,6 +16,7 @@ from IPython.core.interactiveshell import InteractiveShell
 from jupyter_distrain.client import api
 from jupyter_distrain.client.flags import flag_table
 from jupyter_distrain.client.magics import DistributedMagics
+from jupyter_distrain.plugins import BACKENDS, LAUNCHERS, plugin_names
 
 CASES = Path(__file__).parent.parent / "labextension/src/__tests__/validation-cases.json"
 
@@ -72,3 +73,21 @@ def test_the_forms_flags_are_the_flag_tables():
     for flag in flag_table():  # the values the form checks a flag against, as a TS list
         if flag.choices:
             assert "[" + ", ".join(f"'{c}'" for c in flag.choices) + "]" in source, flag.flag
+
+
+def test_the_forms_fields_are_flags_of_the_table_with_its_choices():
+    source = (MAGICLINE.parent / "distribute.ts").read_text()
+    fields = re.findall(
+        r"flag: '([^']+)',[^}]*?kind: '(\w+)'(?:,\s*options: \[([^\]]*)\])?", source
+    )
+    table = {flag.flag.removeprefix("--"): flag for flag in flag_table()}
+    choices = {
+        "backend": ("auto", *plugin_names(BACKENDS)),
+        "launcher": tuple(plugin_names(LAUNCHERS)),
+        **{name: flag.choices for name, flag in table.items() if flag.choices},
+    }
+    assert len(fields) > 10
+    for name, kind, options in fields:
+        assert name in table, name
+        if kind == "select":
+            assert set(re.findall(r"'([^']+)'", options)) == set(choices[name]), name
