@@ -1,0 +1,165 @@
+"""Claims from jobs' supervisors: refused when the pool cannot serve them, queued for
+the next ready process (one still importing is worth waiting for), handed over with the
+job's network namespace; the claimed process's exit code goes back on the claim's
+connection, and a supervisor that goes away first takes its process with it."""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import logging
+import selectors
+import signal
+import socket
+import sys
+import time
+from typing import Any
+
+import psutil
+
+from ..processes import signal_tree
+from . import wire
+from .kinds import import_env
+from .orphans import kill_orphans_of
+from .stock import Pooled, Stock, close_fds
+
+log = logging.getLogger("jupyter_distrain.pool")
+
+CLAIM_SECONDS = 5.0  # a ready pooled process answers a claim within this
+WAIT_SECONDS = 8.0  # a claim waits this long for a process still importing
+
+
+@dataclasses.dataclass
+class Waiting:
+    """A claim waiting for a pooled process to finish importing."""
+
+    client: socket.socket
+    body: dict[str, Any]
+    fds: list[int]
+    since: float
+
+
+class Claims:
+    """The claim queue and the claimed processes of one pool, taken from ``stock``."""
+
+    def __init__(self, stock: Stock, selector: selectors.BaseSelector):
+        self.stock = stock
+        self.selector = selector
+        self.waiting: list[Waiting] = []  # claims for processes still importing
+        self.claimed: dict[int, Pooled] = {}
+
+    def refusal(self, body: dict[str, Any]) -> str:
+        """Why the pool cannot serve this claim ("" if it can)."""
+        argv, env = body.get("argv"), body.get("env")
+        if not isinstance(argv, list) or not argv or argv[0] != sys.executable:
+            return "the job's interpreter is not the pool's"
+        if not isinstance(env, dict) or not isinstance(body.get("log"), str):
+            return "a malformed claim"
+        if self.stock.env is None:
+            return "the pool is empty"
+        per_job = set(body.get("per_job") or [])
+        ours = {k: v for k, v in self.stock.env.items() if k not in per_job}
+        differs = sorted(set(import_env(env, per_job).items()) ^ set(ours.items()))
+        if differs:
+            return f"the environment differs from the pool's ({differs[0][0]})"
+        return ""
+
+    def claim(self, client: socket.socket, body: dict[str, Any], fds: list[int]) -> None:
+        """Queue the claim for the next ready process; a process still importing is
+        worth waiting for (a cold start would import beside it, on the same cores)."""
+        reason = self.refusal(body)
+        if not reason and len(self.stock.idle) <= len(self.waiting):
+            reason = "no pooled process is left"
+        if reason:
+            close_fds(fds)
+            self.refuse(client, reason)
+            return
+        self.waiting.append(Waiting(client, body, fds, time.monotonic()))
+        self.serve()
+
+    def refuse(self, client: socket.socket, reason: str) -> None:
+        """Tell the supervisor to start cold, and hang up."""
+        with contextlib.suppress(OSError):
+            wire.send(client, {"empty": reason})
+        self.selector.unregister(client)
+        client.close()
+
+    def serve(self) -> None:
+        """Hand ready processes to waiting claims; refuse those that waited too long or
+        that no process is left for."""
+        now = time.monotonic()
+        for claim in [c for c in self.waiting if now - c.since > WAIT_SECONDS]:
+            self.waiting.remove(claim)
+            close_fds(claim.fds)
+            self.refuse(claim.client, "no pooled process became ready in time")
+        while self.waiting:
+            pooled = self.stock.ready_one()
+            if pooled is None:
+                if len(self.stock.idle) < len(self.waiting):  # one that was starting died
+                    claim = self.waiting.pop()
+                    close_fds(claim.fds)
+                    self.refuse(claim.client, "no pooled process is left")
+                    continue
+                return
+            claim = self.waiting.pop(0)
+            try:
+                self._hand_over(claim, pooled)
+            finally:
+                close_fds(claim.fds)
+
+    def _hand_over(self, claim: Waiting, pooled: Pooled) -> None:
+        channel = self.stock.take(pooled)
+        try:
+            wire.send(channel, claim.body, claim.fds)
+            channel.settimeout(CLAIM_SECONDS)
+            answer, _ = wire.receive(channel)
+        except (OSError, ValueError) as exc:
+            answer = {"error": str(exc)}
+        finally:
+            channel.close()
+        self.claimed[pooled.pid] = pooled  # reaped like any other, whatever happens next
+        if not answer or not answer.get("ok"):
+            why = (answer or {}).get("error") or "it ended"
+            log.warning("pooled pid %d could not take the job: %s", pooled.pid, why)
+            signal_tree(psutil.Process(pooled.pid), signal.SIGKILL)
+            self.refuse(claim.client, f"the pooled process could not take the job: {why}")
+            return
+        # refilled when the job ends (want), not now: importing beside a training job
+        # would slow it down
+        self.stock.target = max(0, self.stock.target - 1)
+        pooled.client, pooled.job = claim.client, str(claim.body.get("job", ""))
+        pooled.since = time.time()
+        create_time = psutil.Process(pooled.pid).create_time()
+        with contextlib.suppress(OSError):
+            wire.send(claim.client, {"pid": pooled.pid, "create_time": create_time})
+        log.info("pid %d taken by %s", pooled.pid, pooled.job)
+
+    def client_gone(self, client: socket.socket) -> None:
+        """A supervisor hung up: drop its waiting claims, kill the processes it holds."""
+        self.selector.unregister(client)
+        client.close()
+        for claim in [c for c in self.waiting if c.client is client]:
+            self.waiting.remove(claim)
+            close_fds(claim.fds)
+        for pooled in list(self.claimed.values()):
+            if pooled.client is client:  # its supervisor went away: the process goes too
+                log.warning("the supervisor of %s is gone: killing pid %d", pooled.job, pooled.pid)
+                pooled.client = None
+                signal_tree(psutil.Process(pooled.pid), signal.SIGKILL)
+
+    def reap(self, pool_pids: set[int]) -> None:
+        """Send each ended claimed process's exit code to its supervisor, and kill what
+        it left behind."""
+        for pooled in list(self.claimed.values()):
+            code = pooled.popen.poll()
+            if code is None:
+                continue
+            del self.claimed[pooled.pid]
+            kill_orphans_of(pooled.pid, pooled.job, pool_pids)
+            if pooled.client is not None:
+                with contextlib.suppress(OSError):
+                    wire.send(pooled.client, {"exit": code})
+
+    def rows(self) -> list[dict[str, Any]]:
+        """The claimed processes, as ``state.json`` lists them."""
+        return [{"pid": p.pid, "job": p.job} for p in self.claimed.values()]

@@ -1,0 +1,186 @@
+"""A pool's idle processes: started with the environment the last job wanted, up to
+the wanted count and the memory bound, each announcing when its imports are done;
+ended when the pool is drained or the environment changes."""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import logging
+import os
+import selectors
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import psutil
+
+from ..processes import die_with_parent, tree_rss
+from . import wire
+from .kinds import import_env
+from .settings import Settings
+
+log = logging.getLogger("jupyter_distrain.pool")
+
+MIN_FREE_BYTES = 2 * 2**30
+
+
+@dataclasses.dataclass
+class Pooled:
+    """One process of the pool: idle (``channel`` open) or claimed by a job (``client``)."""
+
+    popen: subprocess.Popen[bytes]
+    channel: socket.socket | None
+    since: float
+    ready: bool = False
+    job: str = ""
+    client: socket.socket | None = None
+
+    @property
+    def pid(self) -> int:
+        return self.popen.pid
+
+
+def close_fds(fds: list[int]) -> None:
+    """Close descriptors that came with a message, whatever state they are in."""
+    for fd in fds:
+        with contextlib.suppress(OSError):
+            os.close(fd)
+
+
+class Stock:
+    """The idle processes of one pool (the keeper's children), their channels watched by
+    the keeper's ``selector``; ``on_ready`` is called when one has finished importing."""
+
+    def __init__(
+        self,
+        directory: Path,
+        kind: str,
+        settings: Settings,
+        selector: selectors.BaseSelector,
+        on_ready: Callable[[], None],
+    ):
+        self.dir, self.kind, self.settings = directory, kind, settings
+        self.selector = selector
+        self.on_ready = on_ready
+        self.idle: dict[int, Pooled] = {}
+        self.target = 0
+        self.env: dict[str, str] | None = None  # what idle processes import with
+        self.error = ""  # a process failed to start: no refill until the next want
+
+    def want(self, body: dict[str, Any]) -> None:
+        """Keep ``count`` idle processes imported with ``env`` (but its ``per_job`` names)."""
+        env = body.get("env")
+        count = body.get("count")
+        if not isinstance(env, dict) or not isinstance(count, int):
+            return
+        env = import_env(env, body.get("per_job") or [])
+        if env != self.env:  # imported with another environment: of no use now
+            self.drain("the environment changed")
+            self.env = env
+        self.target = min(self.settings.size, max(0, count))
+        self.error = ""
+
+    def refill(self) -> None:
+        """Start idle processes up to the target, as memory allows."""
+        if self.env is None or self.error:
+            return
+        while len(self.idle) < self.target and self._room():
+            self._start()
+
+    def _room(self) -> bool:
+        """Whether memory allows one more idle process."""
+        if psutil.virtual_memory().available < MIN_FREE_BYTES:
+            return False
+        held = [tree_rss(p.pid) for p in self.idle.values() if p.ready]
+        each = max(held) if held else 0
+        return sum(held) + each <= self.settings.memory_bytes
+
+    def _start(self) -> None:
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        with open(self.dir / "pool.log", "ab") as out:
+            popen = subprocess.Popen(
+                [sys.executable, "-m", "jupyter_distrain.pool.idle", str(theirs.fileno())]
+                + [self.kind],
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                env=self.env,
+                cwd=self.dir,
+                pass_fds=(theirs.fileno(),),
+                start_new_session=True,
+                preexec_fn=die_with_parent,
+            )
+        theirs.close()
+        pooled = Pooled(popen, ours, time.time())
+        self.idle[popen.pid] = pooled
+        self.selector.register(ours, selectors.EVENT_READ, self._message)
+        log.info("started pooled pid %d", popen.pid)
+
+    def _message(self, channel: socket.socket) -> None:
+        pooled = next(p for p in self.idle.values() if p.channel is channel)
+        try:
+            body, _ = wire.receive(channel)
+        except (OSError, ValueError):
+            body = None
+        if body is None:  # it is ending; reap() collects it
+            self._close_channel(pooled)
+        elif body.get("ready"):
+            pooled.ready, pooled.since = True, time.time()
+            self.on_ready()
+
+    def _close_channel(self, pooled: Pooled) -> None:
+        if pooled.channel is not None:
+            self.selector.unregister(pooled.channel)
+            pooled.channel.close()  # an idle process exits when its channel closes
+            pooled.channel = None
+
+    def ready_one(self) -> Pooled | None:
+        """An idle process that has finished importing, if any."""
+        return next((p for p in self.idle.values() if p.ready), None)
+
+    def take(self, pooled: Pooled) -> socket.socket:
+        """Take ``pooled`` out of the stock; its channel is the caller's now."""
+        del self.idle[pooled.pid]
+        channel = pooled.channel
+        assert channel is not None
+        self.selector.unregister(channel)
+        pooled.channel = None
+        return channel
+
+    def drain(self, why: str) -> None:
+        """End every idle process now; none is started until the next want."""
+        if self.idle:
+            log.info("ending %d idle processes: %s", len(self.idle), why)
+        for pooled in list(self.idle.values()):
+            self._close_channel(pooled)
+            with contextlib.suppress(ProcessLookupError):
+                pooled.popen.terminate()
+            try:
+                pooled.popen.wait(2)
+            except subprocess.TimeoutExpired:
+                pooled.popen.kill()
+                pooled.popen.wait()
+            del self.idle[pooled.pid]
+        self.target = 0
+
+    def reap(self) -> None:
+        """Forget idle processes that ended; one that ended before it was ready stops
+        refills (see ``pool.log``)."""
+        for pooled in list(self.idle.values()):
+            code = pooled.popen.poll()
+            if code is None:
+                continue
+            del self.idle[pooled.pid]
+            self._close_channel(pooled)
+            if not pooled.ready:
+                self.error = f"a pooled process failed to start (exit {code}): see pool.log"
+                log.error("%s", self.error)
+
+    def rows(self) -> list[dict[str, Any]]:
+        """The idle processes, as ``state.json`` lists them."""
+        return [{"pid": p.pid, "ready": p.ready, "since": p.since} for p in self.idle.values()]
