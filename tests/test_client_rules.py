@@ -12,9 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from jupyter_distrain.client.follow import LogTail, follow, follow_async, steps
+from jupyter_distrain.client.follow import follow, follow_async, steps
 from jupyter_distrain.client.job import Job, JobFailed, JobInterrupted
 from jupyter_distrain.client.magics import DistributedMagics, async_cell
+from jupyter_distrain.client.output import LogTail
 from jupyter_distrain.client.widget import (
     JobModel,
     JobWidget,
@@ -104,21 +105,21 @@ def test_job_model_reads_metrics_incrementally_keyed_by_process(tmp_path):
     assert model.progress()[0] == 0.5
 
 
-def test_widget_rows_rank_picker_and_log_view_from_a_written_job(tmp_path):
+def test_widget_rows_process_picker_and_log_view_from_a_written_job(tmp_path):
     job_dir = new_job_dir(tmp_path)
     processes = [record(0, pid=5, step=3, images_per_sec=10.0), record(0, role="ps")]
     job_dir.write_state(JobStatus(state="running", workers=1, processes=processes))
     append(job_dir, ProcessId("ps", 0), "".join(f"ps line {i}\n" for i in range(100)))
     widget = JobWidget(Job(job_dir))
-    assert [(r["role"], r["rank"], r["pid"], r["step"]) for r in widget.rows] == [
+    assert [(r["role"], r["index"], r["pid"], r["step"]) for r in widget.rows] == [
         ("worker", 0, 5, 3),
         ("ps", 0, None, None),
     ]
     assert widget.job_state == "running" and widget.aggregate_images_per_sec == 10.0
     assert widget.launch_progress == "2/2 processes up"
-    assert list(widget.rank_picker.options) == ["worker-0", "ps-0"]
+    assert list(widget.process_picker.options) == ["worker-0", "ps-0"]
     widget.logs_button.value = True
-    widget.rank_picker.value = "ps-0"
+    widget.process_picker.value = "ps-0"
     assert (
         "ps line 99</pre>" in widget.log_view.value and "ps line 59\n" not in widget.log_view.value
     )
@@ -127,6 +128,25 @@ def test_widget_rows_rank_picker_and_log_view_from_a_written_job(tmp_path):
     job_dir.write_state(JobStatus(state="running", workers=1, processes=processes))
     widget.refresh(force=True)
     assert ">gpu<" in widget.table.value and "55% 1.0 GiB" in widget.table.value
+
+
+def test_every_field_of_a_reported_row_is_escaped_in_the_widget(tmp_path):
+    # a row holds what a host reported: a forged host, index (rank), pid or step is text
+    job_dir = new_job_dir(tmp_path)
+    forged = {
+        "role": "worker",
+        "index": "<script>rank()</script>",
+        "host": "<script>host()</script>",
+        "pid": "<img src=x onerror=pid()>",
+        "step": "<b>step</b>",
+        "state": "running",
+    }
+    job_dir.state_file.write_text(json.dumps({"state": "running", "processes": [forged]}))
+    widget = JobWidget(Job(job_dir))
+    shown = widget.table.value + widget.snapshot_html()
+    assert "<script>" not in shown and "<img" not in shown and "<b>step" not in shown
+    assert "&lt;script&gt;rank()&lt;/script&gt;" in widget.table.value
+    assert "&lt;script&gt;host()&lt;/script&gt;" in widget.table.value
 
 
 def test_status_command_lines(tmp_path, capsys):

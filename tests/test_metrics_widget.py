@@ -67,7 +67,7 @@ def test_a_keras_job_drives_the_widget(jobs_root):
     assert seen_running, "the widget never showed a running job with steps"
     assert any(all(r["state"] == "running" and r["step"] for r in rows) for rows in seen_running)
     # 899 and 898 samples per rank, batch 16: 57 steps per epoch, 4 epochs
-    assert [(r["role"], r["rank"], r["state"], r["step"]) for r in widget.rows] == [
+    assert [(r["role"], r["index"], r["state"], r["step"]) for r in widget.rows] == [
         ("worker", 0, "exited", 228),
         ("worker", 1, "exited", 228),
     ]

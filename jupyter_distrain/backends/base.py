@@ -19,7 +19,7 @@ from ..contract.process import ProcessId
 
 if TYPE_CHECKING:
     from ..contract.spec import JobSpec
-    from ..contract.store import ProcessRecord
+    from ..contract.status import ProcessRecord
     from ..launchers.base import LaunchedProcess, Launcher, ProcessSpec, Slot
 
 

@@ -1,93 +1,28 @@
 """Horovod backend: ring allreduce over Gloo (default) or MPI (``--controller mpi``).
 
 Gloo mode needs no horovodrun, no ssh and no MPI: the supervisor runs Horovod's
-rendezvous server itself and gives every process the variables horovodrun
-would have set. MPI mode runs one ``mpirun`` that starts every rank.
+rendezvous server itself (:mod:`.horovod_rendezvous`) and gives every process the
+variables horovodrun would have set; an elastic program runs under Horovod's own
+driver (:mod:`.horovod_elastic`). MPI mode runs one ``mpirun`` that starts every rank.
 """
 
 from __future__ import annotations
 
 import importlib.util
-import ipaddress
 import os
 import shutil
-from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from ..contract.cellcheck import resizes_in_place
 from ..contract.process import Env, ProcessId
-from ..contract.store import ProcessRecord
+from ..contract.status import ProcessRecord
 from ..frameworks import horovod_missing_reason
 from ..launchers.base import Launcher, ProcessSpec, Slot
-from .base import Backend, Outcome, Plan, Services, WorkerCommand
-
-
-def hosts_string(slots: list[Slot]) -> str:
-    """Horovod's ``host:slots,...`` notation for the placed slots, in order."""
-    counts = Counter(s.host for s in slots)
-    return ",".join(f"{host}:{counts[host]}" for host in dict.fromkeys(s.host for s in slots))
-
-
-def gloo_rank_env(slot: Slot, info: Any, address: str, port: int) -> dict[str, str]:
-    """What horovodrun would give the process in ``slot`` with Horovod's ``SlotInfo``."""
-    return {
-        "HOROVOD_GLOO_RENDEZVOUS_ADDR": address,
-        "HOROVOD_GLOO_RENDEZVOUS_PORT": str(port),
-        "HOROVOD_CONTROLLER": "gloo",
-        "HOROVOD_CPU_OPERATIONS": "gloo",
-        "HOROVOD_GLOO_IFACE": slot.iface,
-        "NCCL_SOCKET_IFNAME": slot.iface,
-        "HOROVOD_HOSTNAME": info.hostname,
-        "HOROVOD_RANK": str(info.rank),
-        "HOROVOD_SIZE": str(info.size),
-        "HOROVOD_LOCAL_RANK": str(info.local_rank),
-        "HOROVOD_LOCAL_SIZE": str(info.local_size),
-        "HOROVOD_CROSS_RANK": str(info.cross_rank),
-        "HOROVOD_CROSS_SIZE": str(info.cross_size),
-    }
-
-
-def bound_rendezvous(address: str) -> Any:
-    """Horovod's RendezvousServer, listening on ``address`` only (Horovod's own binds
-    every interface, and its elastic handler unpickles what it is sent)."""
-    from horovod.runner.http.http_server import (
-        RendezvousHandler,
-        RendezvousHTTPServer,
-        RendezvousServer,
-    )
-    from horovod.runner.util.threads import in_thread
-
-    class BoundRendezvousServer(RendezvousServer):
-        def start(self, handler_cls: Any = RendezvousHandler) -> int:
-            self._httpd = RendezvousHTTPServer((address, 0), handler_cls, self._verbose)
-            self._listen_thread = in_thread(target=self._httpd.serve_forever)
-            return self._httpd.server_address[1]
-
-    return BoundRendezvousServer(verbose=0)
-
-
-def rendezvous_ports(address: str, port: int) -> dict[str, list[int]]:
-    """The rendezvous port as a port other hosts can reach: none when it listens on
-    loopback (the local launcher, a local Ray)."""
-    try:
-        loopback = ipaddress.ip_address(address).is_loopback
-    except ValueError:  # a host name
-        loopback = False
-    return {} if loopback else {"Horovod rendezvous": [port]}
-
-
-class RendezvousService(Services):
-    """Horovod's rendezvous server, run in the supervisor for one Gloo job."""
-
-    def __init__(self, plan: list[Any], address: str):
-        self.server = bound_rendezvous(address)
-        self.port = self.server.start()
-        self.server.init(plan)
-
-    def stop(self) -> None:
-        self.server.stop()
+from .base import Backend, Outcome, Plan, WorkerCommand
+from .horovod_elastic import ElasticRun
+from .horovod_rendezvous import RendezvousService, gloo_rank_env, hosts_string, rendezvous_ports
 
 
 class HorovodBackend(Backend):
@@ -113,8 +48,6 @@ class HorovodBackend(Backend):
             return Plan([mpirun_process(slots, worker, self.spec.env)])
         address = launcher.driver_address()
         if self.elastic:
-            from .horovod_elastic import ElasticRun
-
             run = ElasticRun(slots, address, worker, timeout=int(self.spec.timeout))
             # its driver starts the processes
             return Plan([], services=run, ports=rendezvous_ports(address, run.port))

@@ -19,7 +19,7 @@ from typing import Any
 from ..contract.process import ProcessId
 from ..launchers.base import LaunchedProcess, Slot
 from .base import JobHost, Services, WorkerCommand
-from .horovod import bound_rendezvous, gloo_rank_env
+from .horovod_rendezvous import bound_rendezvous, gloo_rank_env
 
 log = logging.getLogger(__name__)
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from ..contract.process import ProcessId
-from ..contract.store import ProcessRecord
+from ..contract.status import ProcessRecord
 from ..launchers.base import Launcher, Slot
 from .base import Backend, Outcome, Plan, WorkerCommand, failed_first, first_failure
 

@@ -18,7 +18,7 @@ from typing import Any
 
 from ..contract.cellcheck import defines_seed_run
 from ..contract.process import Env, ProcessId
-from ..contract.store import ProcessRecord
+from ..contract.status import ProcessRecord
 from ..launchers.base import Launcher, Slot
 from .base import Backend, Outcome, Plan, WorkerCommand, failed_first
 from .tf_config import (

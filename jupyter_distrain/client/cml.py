@@ -17,7 +17,7 @@ from .. import plugins
 from ..contract.cellcheck import defines_seed_run
 from ..contract.process import ProcessId
 from ..contract.spec import JobSpec, SpecError
-from ..contract.store import ProcessRecord
+from ..contract.status import ProcessRecord
 from ..timing import poll_until
 from .api import submit
 from .job import Job

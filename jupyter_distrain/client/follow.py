@@ -14,16 +14,14 @@ import asyncio
 import contextlib
 import sys
 import time
-from collections.abc import Generator, Iterable, Iterator
+from collections.abc import Generator, Iterator
 from dataclasses import dataclass
 from typing import Any, Protocol, TextIO
 
-from ..contract.process import ProcessId
-from ..contract.store import JobDir, JobStatus
-from ..contract.tail import LineReader
+from ..contract.status import JobStatus
 from ..timing import Deadline
 from .job import Job, JobInterrupted, outcome
-from .output import CellOutput
+from .output import LogTail
 
 POLL_SECONDS = 0.1
 
@@ -34,47 +32,6 @@ class View(Protocol):
     """What a follow ticks: a widget, a text summary, or anything with ``refresh``."""
 
     def refresh(self, force: bool = False, status: JobStatus | None = None) -> None: ...
-
-
-def label(process: ProcessId) -> str:
-    """How a process's output lines are prefixed: ``[1]`` for worker 1, ``[ps-0]`` otherwise."""
-    return f"[{process.index}]" if process.role == "worker" else f"[{process}]"
-
-
-class LogTail:
-    """Follows every process log of a job: new complete lines, each prefixed by its label,
-    as :class:`~jupyter_distrain.client.output.CellOutput` renders them."""
-
-    def __init__(self, job_dir: JobDir, from_start: bool = True, all_output: bool = False):
-        self.dir = job_dir
-        self.output = CellOutput(all_output)
-        self.readers: dict[ProcessId, LineReader] = {
-            process: LineReader(path, from_start=from_start)
-            for process, path in job_dir.log_files().items()
-        }
-
-    def _current(self) -> list[tuple[ProcessId, LineReader]]:
-        """A reader per log, in log order; a log that appeared since is read from its start."""
-        for process, path in self.dir.log_files().items():
-            if process not in self.readers:
-                self.readers[process] = LineReader(path)
-        return sorted(self.readers.items())
-
-    def read(self) -> list[str]:
-        """The complete lines added to any log since the last call."""
-        return self._labelled((p, line) for p, reader in self._current() for line in reader.read())
-
-    def flush(self) -> list[str]:
-        """Whatever is left without a final newline."""
-        readers = sorted(self.readers.items())
-        return self._labelled((p, line) for p, reader in readers for line in reader.flush())
-
-    def _labelled(self, lines: Iterable[tuple[ProcessId, bytes]]) -> list[str]:
-        shown = []
-        for process, line in lines:
-            for text in self.output.lines(line.decode(errors="replace")):
-                shown.append(f"{label(process)} {text}")
-        return shown
 
 
 def _print(lines: list[str], out: TextIO) -> None:

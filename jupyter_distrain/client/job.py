@@ -15,11 +15,18 @@ from typing import Any
 
 from ..contract import control
 from ..contract.cellcheck import resizes_in_place
-from ..contract.process import ProcessId
+from ..contract.process import (
+    ProcessId,
+    scale_request,
+    stop_processes_request,
+    stop_request,
+)
 from ..contract.spec import JobSpec
-from ..contract.store import JobDir, JobStatus, find_job_dir, list_job_dirs
+from ..contract.status import JobStatus
+from ..contract.store import JobDir, find_job_dir, list_job_dirs
 from ..plugins import LAUNCHERS, load_plugin
 from ..timing import poll_until
+from .output import LogTail
 
 POLL_SECONDS = 0.1
 
@@ -114,22 +121,22 @@ class Job:
         return self.dir.read_state().pids() + [pid for pid in own if pid]
 
     # --- control -----------------------------------------------------------
-    def _request(self, op: str, **body: Any) -> dict[str, Any]:
+    def _request(self, body: dict[str, Any]) -> dict[str, Any]:
         ctl = self.dir.read_control()
         if ctl is None:
             raise RuntimeError(f"job {self.id} has no supervisor yet")
-        return control.request(ctl.address, ctl.secret, {"op": op, **body})
+        return control.request(ctl.address, ctl.secret, body)
 
-    def _tell(self, op: str, **body: Any) -> None:
+    def _tell(self, body: dict[str, Any]) -> None:
         """Send a request that may find the job ended or not up yet: status() tells."""
         if not self.done:
             with contextlib.suppress(OSError, RuntimeError):
-                self._request(op, **body)
+                self._request(body)
 
     def stop(self, wait: bool = True) -> str:
         """Stop every process of the job (SIGTERM, then SIGKILL after the grace period);
         with ``wait``, until the job has ended. Returns the job's state."""
-        self._tell("stop", reason="user")
+        self._tell(stop_request("user"))
         status = self.status()
         if self.dir.supervisor_alive() is False:  # nobody else will: stop what it recorded
             load_plugin(LAUNCHERS, self.spec.launcher).stop_lost(status)
@@ -145,7 +152,7 @@ class Job:
         epoch end); the supervisor then relaunches at the new size. Returns once the
         request is taken.
         """
-        reply = self._request("scale", workers=workers)
+        reply = self._request(scale_request(workers))
         if not reply.get("ok"):
             raise ValueError(reply.get("error", "scale refused"))
 
@@ -159,7 +166,7 @@ class Job:
         """Stop some of the job's processes (``ProcessId("worker", 1)`` or ``"worker-1"``);
         all of them stops the job. With ``wait``, until those processes have ended."""
         wanted = {p if isinstance(p, ProcessId) else ProcessId.parse(p) for p in processes}
-        self._tell("stop_processes", processes=sorted(str(p) for p in wanted))
+        self._tell(stop_processes_request(sorted(wanted)))
         if wait:
             poll_until(lambda: self._ended(wanted), self.spec.grace + 10, POLL_SECONDS)
 
@@ -194,8 +201,6 @@ class Job:
             if not path.exists():
                 raise KeyError(f"job {self.id} has no log for {process.role} {process.index}")
             return path.read_text(errors="replace")
-        from .follow import LogTail  # follow builds on Job
-
         tail = LogTail(self.dir)
         return "\n".join(tail.read() + tail.flush())
 

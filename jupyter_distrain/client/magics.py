@@ -14,7 +14,7 @@ from IPython.core.magic_arguments import MagicArgumentParser, magic_arguments, p
 from ..contract.cellcheck import elastic_warnings, undefined_names
 from ..contract.process import ProcessId
 from ..contract.spec import JobSpec, SpecError
-from ..contract.store import JobStatus
+from ..contract.status import JobStatus
 from . import api, bench
 from .flags import flag_arguments, spec_from_args
 from .follow import follow, follow_async

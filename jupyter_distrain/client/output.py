@@ -8,12 +8,18 @@ cell gets lines a person can read:
   every rank) are shown once: a line whose text, less its timestamp and pid, was
   shown before (from any rank) is left out.
 
-``all_output`` shows everything as written.
+``all_output`` shows everything as written. :class:`LogTail` reads every log of a job
+and gives its new lines so rendered, each with its process's label.
 """
 
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
+
+from ..contract.process import ProcessId
+from ..contract.store import JobDir
+from ..contract.tail import LineReader
 
 # TensorFlow's C++ logging, absl/glog's format, Python-side framework warnings, and
 # the continuation line of cpu_feature_guard's message
@@ -95,3 +101,44 @@ def _unfinished_bar(line: str) -> bool:
     (Keras redraws the last step with its time per step)."""
     match = _UNFINISHED_BAR.match(line)
     return match is not None and (match.group(1) != match.group(2) or "ETA:" in line)
+
+
+def label(process: ProcessId) -> str:
+    """How a process's output lines are prefixed: ``[1]`` for worker 1, ``[ps-0]`` otherwise."""
+    return f"[{process.index}]" if process.role == "worker" else f"[{process}]"
+
+
+class LogTail:
+    """Follows every process log of a job: new complete lines, each prefixed by its label,
+    as :class:`~jupyter_distrain.client.output.CellOutput` renders them."""
+
+    def __init__(self, job_dir: JobDir, from_start: bool = True, all_output: bool = False):
+        self.dir = job_dir
+        self.output = CellOutput(all_output)
+        self.readers: dict[ProcessId, LineReader] = {
+            process: LineReader(path, from_start=from_start)
+            for process, path in job_dir.log_files().items()
+        }
+
+    def _current(self) -> list[tuple[ProcessId, LineReader]]:
+        """A reader per log, in log order; a log that appeared since is read from its start."""
+        for process, path in self.dir.log_files().items():
+            if process not in self.readers:
+                self.readers[process] = LineReader(path)
+        return sorted(self.readers.items())
+
+    def read(self) -> list[str]:
+        """The complete lines added to any log since the last call."""
+        return self._labelled((p, line) for p, reader in self._current() for line in reader.read())
+
+    def flush(self) -> list[str]:
+        """Whatever is left without a final newline."""
+        readers = sorted(self.readers.items())
+        return self._labelled((p, line) for p, reader in readers for line in reader.flush())
+
+    def _labelled(self, lines: Iterable[tuple[ProcessId, bytes]]) -> list[str]:
+        shown = []
+        for process, line in lines:
+            for text in self.output.lines(line.decode(errors="replace")):
+                shown.append(f"{label(process)} {text}")
+        return shown

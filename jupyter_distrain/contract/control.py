@@ -9,10 +9,14 @@ answers a request only when the signature is right, ``time`` is within
 is refused with one short error and counted. Lines are bounded, reads time out
 and the number of connections served at once is capped, so a local user without
 the secret cannot hold the supervisor up. The reply is one JSON line.
+
+Where the channel is, and its secret, are in the job directory's control file
+(:class:`ControlInfo`); the requests themselves are built in :mod:`.process`.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import hmac
 import json
@@ -25,7 +29,11 @@ import socketserver
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
+
+from .private import write_atomic
 
 log = logging.getLogger(__name__)
 
@@ -36,6 +44,32 @@ READ_TIMEOUT_SECONDS = 10.0
 MAX_CONNECTIONS = 32
 FRESH_SECONDS = 120.0
 _SIG_RE = re.compile(r"[0-9a-f]{64}")
+CONTROL_FILE = "control"  # the control file's name in a job directory
+
+
+@dataclass
+class ControlInfo:
+    """The control file: how to reach the job's supervisor (0600: it holds the secret)."""
+
+    address: str  # unix:/path or tcp:host:port
+    metrics: str  # the ZeroMQ endpoint workers send metrics to
+    secret: str
+    pid: int  # the supervisor
+    warden_pid: int | None = None  # its parent, which cleans up if the supervisor dies
+
+    def write(self, path: Path) -> None:
+        """Write the control file (atomically, 0600)."""
+        write_atomic(path, json.dumps(dataclasses.asdict(self)))
+
+    @classmethod
+    def read(cls, path: Path) -> ControlInfo | None:
+        """The control file at ``path``; None when there is none or it is unreadable."""
+        try:
+            data = json.loads(path.read_text())
+            names = {f.name for f in dataclasses.fields(cls)}
+            return cls(**{k: v for k, v in data.items() if k in names})
+        except (FileNotFoundError, ValueError, TypeError, AttributeError):
+            return None
 
 
 def sign(secret: str, payload: dict[str, Any]) -> str:

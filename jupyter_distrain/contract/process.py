@@ -3,7 +3,8 @@
 Everything the supervisor and a worker process must agree on lives here; both
 sides import it, and neither spells an environment name or a message field on
 its own. The job directory's layout is the other half of the contract
-(:class:`jupyter_distrain.contract.store.JobDir`, used by both sides too).
+(:class:`jupyter_distrain.contract.store.JobDir`, used by both sides too), and the
+control file that says where the supervisor listens (:class:`.control.ControlInfo`).
 """
 
 from __future__ import annotations
@@ -12,7 +13,10 @@ import math
 import os
 from collections.abc import Mapping, MutableMapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
+
+from .control import CONTROL_FILE, ControlInfo
 
 CHECKPOINT_EXIT = 75  # a worker that exits with this code checkpointed on request
 
@@ -69,7 +73,7 @@ class Env:
     INDEX = "JUPYTER_DISTRAIN_INDEX"
     RANK = "JUPYTER_DISTRAIN_RANK"  # set by the worker itself for the user's program
     ADDRESS = "JUPYTER_DISTRAIN_ADDRESS"  # the address other processes reach this one on
-    MODE = "JUPYTER_DISTRAIN_MODE"  # train (default), server or seed
+    MODE = "JUPYTER_DISTRAIN_MODE"  # a Mode: what the worker does with its program
     INSTRUMENT = "JUPYTER_DISTRAIN_INSTRUMENT"  # "0" turns the Keras instrumentation off
     # MPI path: one mpirun starts every rank; each names itself from its MPI rank
     IDENTITY_FROM_MPI = "JUPYTER_DISTRAIN_IDENTITY_FROM_MPI"
@@ -86,7 +90,21 @@ class Env:
     POOL_MEMORY = "JUPYTER_DISTRAIN_POOL_MEMORY"  # GiB all idle processes of a pool may hold
 
 
-MODES = ("train", "server", "seed")
+class Mode:
+    """What a worker does with its program (``Env.MODE``; the backend chooses)."""
+
+    TRAIN = "train"  # the default: run it as ``__main__``
+    SERVER = "server"  # serve a TensorFlow server (ParameterServerStrategy's tasks)
+    TF1_RUN = "tf1_run"  # Cloudera's TF1 contract: the program defines run(cluster, server,
+    # task_index); workers call it, ps tasks join their server
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str]) -> str:
+        """The worker's mode; "seed", the old name of ``tf1_run``, is read as it for one
+        release."""
+        mode = environ.get(Env.MODE, cls.TRAIN)
+        return cls.TF1_RUN if mode == "seed" else mode
+
 
 # A job directory (and the channels' sockets in it) may be given as a template that each
 # host completes: mpirun hands every rank the same environment, on every host.
@@ -156,12 +174,10 @@ class WorkerChannels:
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> WorkerChannels | None:
         """The channels given to this process, with the job's secret; None outside a job."""
-        from .store import JobDir
-
         environ = os.environ if environ is None else environ
         if Env.JOB_DIR not in environ:
             return None
-        control = JobDir(environ[Env.JOB_DIR]).read_control()
+        control = ControlInfo.read(Path(environ[Env.JOB_DIR]) / CONTROL_FILE)
         return cls(
             environ[Env.JOB_DIR],
             environ.get(Env.CONTROL, ""),
@@ -170,18 +186,41 @@ class WorkerChannels:
         )
 
 
-# --- messages a worker sends over the control channel --------------------------------
-HELLO, BYE = "hello", "bye"
+# --- requests over the control channel -----------------------------------------------
+class Op:
+    """The ``op`` of a control request: what a worker or the notebook asks the supervisor."""
+
+    HELLO = "hello"  # a worker is up (:func:`hello`)
+    BYE = "bye"  # a worker is about to exit (:func:`bye`)
+    STATUS = "status"  # the state the supervisor saved last
+    SCALE = "scale"  # resize the job (:func:`scale_request`)
+    STOP = "stop"  # stop the job (:func:`stop_request`)
+    STOP_PROCESSES = "stop_processes"  # stop some processes (:func:`stop_processes_request`)
 
 
 def hello(pid_: ProcessId, pid: int, host: str, address: str) -> dict[str, Any]:
     """A worker is up: its program is loaded and about to run."""
-    return {"op": HELLO, **pid_.fields(), "pid": pid, "host": host, "address": address}
+    return {"op": Op.HELLO, **pid_.fields(), "pid": pid, "host": host, "address": address}
 
 
 def bye(pid_: ProcessId, pid: int, code: int) -> dict[str, Any]:
     """A worker is about to exit with ``code`` (how a process we did not start reports it)."""
-    return {"op": BYE, **pid_.fields(), "pid": pid, "code": code}
+    return {"op": Op.BYE, **pid_.fields(), "pid": pid, "code": code}
+
+
+def scale_request(workers: int) -> dict[str, Any]:
+    """Ask the supervisor to resize the job to ``workers`` workers."""
+    return {"op": Op.SCALE, "workers": workers}
+
+
+def stop_request(reason: str) -> dict[str, Any]:
+    """Ask the supervisor to stop the job, for ``reason`` (recorded in its events)."""
+    return {"op": Op.STOP, "reason": reason}
+
+
+def stop_processes_request(processes: list[ProcessId]) -> dict[str, Any]:
+    """Ask the supervisor to stop these processes of the job."""
+    return {"op": Op.STOP_PROCESSES, "processes": sorted(str(p) for p in processes)}
 
 
 # --- records a worker sends over the metrics channel ----------------------------------

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..client.job import Job
-from ..contract.store import ProcessRecord, aggregate_images_per_sec
+from ..contract.status import ProcessRecord, aggregate_images_per_sec
 
 PROCESS_FIELDS = (
     "role",

@@ -8,9 +8,10 @@ import secrets
 from typing import Any
 
 from ..contract import control, metrics
-from ..contract.process import BYE, HELLO, Env, ProcessId, WorkerChannels
+from ..contract.control import ControlInfo
+from ..contract.process import Env, Op, ProcessId, WorkerChannels
 from ..contract.spec import JobSpec
-from ..contract.store import ControlInfo, JobDir
+from ..contract.store import JobDir
 from .events import Bye, Hello, Inbox, Metric, ScaleRequested, StopProcesses, StopRequested
 
 ANSWER_SECONDS = 30.0  # how long a client's request waits for the loop
@@ -62,20 +63,20 @@ class Channels:
     def handle(self, body: dict[str, Any]) -> dict[str, Any]:
         """One verified control request (server threads)."""
         op = body.get("op")
-        if op == "status":
+        if op == Op.STATUS:
             return self.published
-        if op == "scale":
+        if op == Op.SCALE:
             workers = body.get("workers")
             if not isinstance(workers, int) or isinstance(workers, bool) or workers < 1:
                 raise ValueError(f"scale needs a number of workers >= 1, got {workers!r}")
             return self.inbox.ask(ScaleRequested(workers), ANSWER_SECONDS) or {}
-        if op == "stop":
+        if op == Op.STOP:
             self.inbox.post(StopRequested(str(body.get("reason", "requested"))))
-        elif op == "stop_processes":
+        elif op == Op.STOP_PROCESSES:
             self.inbox.post(StopProcesses([ProcessId.parse(p) for p in body.get("processes", [])]))
-        elif op == HELLO:
+        elif op == Op.HELLO:
             self.inbox.post(Hello(body))
-        elif op == BYE:
+        elif op == Op.BYE:
             self.inbox.post(Bye(body))
         else:
             raise ValueError(f"unknown op {op!r}")

@@ -17,7 +17,8 @@ from typing import Any
 
 from ..backends.base import WorkerCommand
 from ..contract.process import ProcessId
-from ..contract.store import FINAL_STATES, JobDir, JobStatus
+from ..contract.status import FINAL_STATES, JobStatus
+from ..contract.store import JobDir
 from ..contract.tail import last_lines
 from ..launchers.base import LaunchedProcess, ProcessSpec
 from ..plugins import load_plugin

@@ -8,7 +8,7 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from ..contract.process import ProcessId, metric_number
-from ..contract.store import ProcessRecord
+from ..contract.status import ProcessRecord
 from ..launchers.base import LaunchedProcess
 from .table import record_exit
 

@@ -13,7 +13,7 @@ import time
 from typing import TYPE_CHECKING
 
 from ..contract.process import CHECKPOINT_EXIT
-from ..contract.store import ProcessRecord
+from ..contract.status import ProcessRecord
 from ..timing import Deadline
 
 if TYPE_CHECKING:

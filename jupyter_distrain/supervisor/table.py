@@ -7,7 +7,7 @@ import time
 from dataclasses import dataclass
 
 from ..contract.process import ProcessId
-from ..contract.store import ProcessRecord
+from ..contract.status import ProcessRecord
 from ..launchers.base import LaunchedProcess
 
 

@@ -1,0 +1,156 @@
+"""What the views of a job show, computed from the job store alone (state.json and
+metrics.jsonl), independent of any UI: the rows, the job's images/sec, stragglers,
+progress and the per-process images/sec series."""
+
+from __future__ import annotations
+
+import json
+import statistics
+import time
+from collections import defaultdict, deque
+from collections.abc import Collection, Iterable, Mapping, Sequence
+from typing import Any
+
+from ...contract.process import ProcessId, metric_number
+from ...contract.status import JobStatus, ProcessRecord, aggregate_images_per_sec
+from ...contract.tail import LineReader
+from ..job import Job
+
+STRAGGLER_WINDOW = 20  # steps
+STRAGGLER_GAP = 0.20  # below the median by more than this
+CHART_POINTS = 300  # per worker, most recent
+
+
+def stragglers(recent: Mapping[str, Sequence[float]], running: Collection[str]) -> list[str]:
+    """The running processes whose median images/sec over their recent steps is more than
+    ``STRAGGLER_GAP`` below the median of those medians (``recent`` by process label)."""
+    medians = {k: statistics.median(v) for k, v in recent.items() if v and k in running}
+    if len(medians) < 2:
+        return []
+    overall = statistics.median(medians.values())
+    return sorted(k for k, v in medians.items() if v < (1 - STRAGGLER_GAP) * overall)
+
+
+def progress(
+    steps: Iterable[int | None],
+    total_steps: int | None,
+    first_step_time: float | None,
+    now: float,
+) -> tuple[float, float | None]:
+    """Fraction done (the furthest process's step over the total) and seconds left
+    (from the time since the first step), when the number of steps is known."""
+    reached = [s for s in steps if s]
+    if not total_steps or not reached:
+        return 0.0, None
+    done = min(max(reached) / total_steps, 1.0)
+    elapsed = now - (first_step_time or now)
+    eta = elapsed * (1 - done) / done if done > 0 else None
+    return done, eta
+
+
+def gpu_text(record: ProcessRecord) -> str:
+    """A row's GPU cell: utilisation and memory of its devices; "" when not sampled."""
+    if record.gpu_percent is None:
+        return ""
+    return f"{record.gpu_percent:.0f}% {(record.gpu_memory or 0) / 2**30:.1f} GiB"
+
+
+def launch_progress(processes: Sequence[ProcessRecord]) -> str:
+    """How many processes are up, e.g. ``"1/2 processes up"``."""
+    up = sum(p.state == "running" for p in processes)
+    return f"{up}/{len(processes)} processes up"
+
+
+def time_to_first_step(first_step_time: float | None, created: float | None) -> float | None:
+    """Seconds from the job's creation to its first training step, once there is one."""
+    if first_step_time is None or created is None:
+        return None
+    return first_step_time - created
+
+
+class JobModel:
+    """What the views show, computed from the store; independent of any UI."""
+
+    def __init__(self, job: Job):
+        self.job = job
+        self.metrics = LineReader(job.dir.metrics_file)
+        self.series: dict[str, deque[tuple[int, float]]] = defaultdict(
+            lambda: deque(maxlen=CHART_POINTS)
+        )
+        self.recent: dict[str, deque[float]] = defaultdict(lambda: deque(maxlen=STRAGGLER_WINDOW))
+        self.first_step_time: float | None = None
+        self.total_steps: int | None = None
+        self.status = JobStatus()
+
+    def update(self, status: JobStatus | None = None) -> None:
+        """Take the job's status (read now unless given) and the metrics added since."""
+        self.status = self.job.status() if status is None else status
+        while True:  # piece by piece: attaching to a long job never holds all its metrics
+            for line in self.metrics.read():
+                try:
+                    record = json.loads(line)
+                except (ValueError, RecursionError):
+                    continue
+                if isinstance(record, dict):
+                    self._add(record)
+            if not self.metrics.behind:
+                return
+
+    def _add(self, record: dict[str, Any]) -> None:
+        process, step = ProcessId.of(record), metric_number(record.get("step"))
+        if step is None or process is None:
+            return
+        if self.first_step_time is None:
+            self.first_step_time = metric_number(record.get("time"))
+        total = metric_number(record.get("total_steps"))
+        if total:
+            self.total_steps = int(total)
+        ips = metric_number(record.get("images_per_sec"))
+        if ips is not None:
+            self.series[str(process)].append((step, ips))
+            self.recent[str(process)].append(ips)
+
+    # --- derived facts -------------------------------------------------------
+    def processes(self) -> list[ProcessRecord]:
+        return self.status.processes
+
+    def launch_progress(self) -> str:
+        return launch_progress(self.processes())
+
+    def time_to_first_step(self) -> float | None:
+        return time_to_first_step(self.first_step_time, self.status.created)
+
+    def aggregate_images_per_sec(self) -> float:
+        return aggregate_images_per_sec(self.processes())
+
+    def stragglers(self) -> list[str]:
+        """Workers more than 20% below the median images/sec over the last 20 steps."""
+        running = {str(p.id) for p in self.processes() if p.state == "running"}
+        return stragglers(self.recent, running)
+
+    def progress(self) -> tuple[float, float | None]:
+        """Fraction done and seconds left, when the number of steps is known."""
+        steps = (p.step for p in self.processes())
+        return progress(steps, self.total_steps, self.first_step_time, time.time())
+
+
+def row_of(p: ProcessRecord) -> dict[str, Any]:
+    """A process's row as the widget shows it (``index``: its index in its role)."""
+    heartbeat = p.heartbeat
+    return {
+        "role": p.role,
+        "index": p.index,
+        "host": p.host,
+        "pid": p.pid,
+        "state": p.state,
+        "step": p.step,
+        "images_per_sec": p.images_per_sec,
+        "loss": p.loss,
+        "since_heartbeat": None if heartbeat is None else max(0.0, time.time() - heartbeat),
+        "gpu": gpu_text(p),
+    }
+
+
+def process_of(row: dict[str, Any]) -> ProcessId:
+    """A row's process."""
+    return ProcessId(row["role"], row["index"])

@@ -1,0 +1,46 @@
+"""The terminal's view of a job: one summary line every few seconds, and one at the end."""
+
+from __future__ import annotations
+
+import sys
+import time
+from typing import Any
+
+from ...contract.status import FINAL_STATES, JobStatus
+from ..job import Job
+from .model import JobModel
+
+
+class TextSummary:
+    """The terminal's view: one line every few seconds, and one at the end."""
+
+    def __init__(self, job: Job, every: float = 5.0, out: Any = None):
+        self.model = JobModel(job)
+        self.every = every
+        self.out = out or sys.stdout
+        self._last = 0.0
+        self._printed_final = False
+
+    def refresh(self, force: bool = False, status: JobStatus | None = None) -> None:
+        """Print a line if ``every`` seconds have passed (or ``force``); the final one once."""
+        now = time.monotonic()
+        if not force and now - self._last < self.every:
+            return
+        self._last = now
+        self.model.update(status)
+        state = self.model.status.state
+        if state in FINAL_STATES:
+            if self._printed_final:
+                return
+            self._printed_final = True
+        done, eta = self.model.progress()
+        steps = [p.step or 0 for p in self.model.processes()]
+        print(
+            f"[{self.model.job.id}] {state}: {self.model.launch_progress()}, "
+            f"step {max(steps, default=0)}"
+            + (f"/{self.model.total_steps}" if self.model.total_steps else "")
+            + f", {self.model.aggregate_images_per_sec():,.0f} images/sec"
+            + (f", ETA {eta:.0f} s" if eta else ""),
+            file=self.out,
+            flush=True,
+        )

@@ -1,0 +1,184 @@
+"""The notebook's view of a job: an ipywidgets dashboard (the rows, the job's
+images/sec, a chart, progress, and Stop, -/+ and Logs controls), and choosing the
+view for where the code runs."""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+import time
+from typing import Any
+
+import ipywidgets as widgets
+import traitlets
+from IPython import get_ipython
+from IPython.display import display
+
+from ...contract.process import ProcessId
+from ...contract.status import FINAL_STATES, JobStatus
+from ...contract.tail import last_lines
+from ..follow import follow
+from ..job import Job, JobFailed
+from . import render
+from .model import JobModel, process_of, row_of
+from .text import TextSummary
+
+MAX_REDRAWS_PER_SECOND = 4
+
+
+class JobWidget(widgets.VBox):
+    """One row per process, the job's images/sec, a chart, progress, and controls."""
+
+    job_state = traitlets.Unicode("pending")
+    rows = traitlets.List()
+    aggregate_images_per_sec = traitlets.Float(0.0)
+    stragglers = traitlets.List()
+    launch_progress = traitlets.Unicode("")
+    time_to_first_step = traitlets.Float(None, allow_none=True)
+    redraws = traitlets.Int(0)
+
+    def __init__(self, job: Job, **kwargs: Any):
+        self.job = job
+        self.model = JobModel(job)
+        self._last_draw = 0.0
+        self.display_handle: Any = None  # set by make_view; the final snapshot goes there
+        self._snapshot_state = ""
+        self.header = widgets.HTML()
+        self.table = widgets.HTML()
+        self.chart = widgets.HTML()
+        self.bar = widgets.FloatProgress(min=0.0, max=1.0, layout={"width": "60%"})
+        self.eta = widgets.Label()
+        self.stop_button = widgets.Button(description="Stop", button_style="danger", icon="stop")
+        self.minus_button = widgets.Button(description="-", tooltip="one worker fewer")
+        self.plus_button = widgets.Button(description="+", tooltip="one worker more")
+        self.logs_button = widgets.ToggleButton(description="Logs", icon="file-text")
+        self.process_picker = widgets.Dropdown(description="process", options=[])
+        self.log_view = widgets.HTML(layout={"display": "none"})
+        self.message = widgets.Label()
+        self.stop_button.on_click(lambda _: self._act(self.job.stop, wait=False))
+        self.minus_button.on_click(lambda _: self._scale(-1))
+        self.plus_button.on_click(lambda _: self._scale(+1))
+        self.logs_button.observe(lambda _: self.refresh(force=True), "value")
+        self.process_picker.observe(lambda _: self.refresh(force=True), "value")
+        controls = widgets.HBox(
+            [
+                self.stop_button,
+                self.minus_button,
+                self.plus_button,
+                self.logs_button,
+                self.process_picker,
+            ]
+        )
+        super().__init__(
+            [
+                self.header,
+                self.table,
+                self.chart,
+                widgets.HBox([self.bar, self.eta]),
+                controls,
+                self.message,
+                self.log_view,
+            ],
+            **kwargs,
+        )
+        self.refresh(force=True)
+
+    @property
+    def rank_picker(self) -> widgets.Dropdown:
+        """The old name of :attr:`process_picker` (it picks any process, not a rank)."""
+        return self.process_picker
+
+    # --- actions -----------------------------------------------------------------
+    def _act(self, action: Any, **kwargs: Any) -> None:
+        try:
+            action(**kwargs)
+        except Exception as exc:  # shown, never raised into the event loop
+            self.message.value = f"{type(exc).__name__}: {exc}"
+
+    def _scale(self, delta: int) -> None:
+        workers = (self.model.status.workers or 1) + delta
+        if workers < 1:
+            self.message.value = "a job needs at least one worker"
+            return
+        self.message.value = f"scaling to {workers} workers {self.job.scaling_mode}..."
+        self._act(self.job.scale, workers=workers)
+
+    # --- drawing -------------------------------------------------------------------
+    def refresh(self, force: bool = False, status: JobStatus | None = None) -> None:
+        """Redraw from the store (``status`` when given, else read now), at most
+        ``MAX_REDRAWS_PER_SECOND`` times a second unless ``force``."""
+        now = time.monotonic()
+        if not force and now - self._last_draw < 1 / MAX_REDRAWS_PER_SECOND:
+            return
+        self._last_draw = now
+        self.model.update(status)
+        m = self.model
+        self.job_state = m.status.state
+        self.rows = [row_of(p) for p in m.processes()]
+        self.aggregate_images_per_sec = m.aggregate_images_per_sec()
+        self.stragglers = m.stragglers()
+        self.launch_progress = m.launch_progress()
+        self.time_to_first_step = m.time_to_first_step()
+        self._draw()
+        self.redraws += 1
+        if self.job_state in FINAL_STATES and self._snapshot_state != self.job_state:
+            self._snapshot_state = self.job_state
+            if self.display_handle is not None:  # the output keeps the final dashboard
+                self.display_handle.update(self)
+
+    def _repr_mimebundle_(self, **kwargs: Any) -> dict[str, Any] | None:
+        """The widget's view, with a static HTML snapshot of the dashboard beside it:
+        what a notebook viewer without a kernel (a code host, nbviewer) shows."""
+        bundle = super()._repr_mimebundle_(**kwargs)
+        if bundle is not None:
+            bundle["text/html"] = self.snapshot_html()
+        return bundle
+
+    def snapshot_html(self) -> str:
+        """The dashboard as last drawn, as plain HTML: header, table, chart and progress."""
+        return render.snapshot_html(
+            self.header.value, self.table.value, self.chart.value, self.bar.value
+        )
+
+    def _draw(self) -> None:
+        self.header.value = render.header_html(self.model)
+        self.table.value = render.table_html(self.rows, self.stragglers)
+        self.chart.value = render.chart_svg(self.model.series)
+        done, eta = self.model.progress()
+        self.bar.value = done
+        self.eta.value = f"{done:.0%}" + (f", ETA {eta:.0f} s" if eta is not None else "")
+        for button in (self.stop_button, self.minus_button, self.plus_button):
+            button.disabled = self.job_state in FINAL_STATES
+        labels = [str(process_of(r)) for r in self.rows]
+        if list(self.process_picker.options) != labels:
+            self.process_picker.options = labels
+        self.log_view.layout.display = "block" if self.logs_button.value else "none"
+        if self.logs_button.value and self.process_picker.value:
+            tail = last_lines(self.job.dir.log_file(ProcessId.parse(self.process_picker.value)), 40)
+            self.log_view.value = render.log_html(tail)
+
+
+def _in_kernel() -> bool:
+    shell = get_ipython()
+    return shell is not None and getattr(shell, "kernel", None) is not None
+
+
+def make_view(job: Job) -> JobWidget | TextSummary:
+    """The job's widget in a notebook (displayed now), a text summary in a terminal."""
+    if not _in_kernel():
+        return TextSummary(job)
+    widget = JobWidget(job)
+    widget.display_handle = display(widget, display_id=True)
+    return widget
+
+
+def follow_in_background(job: Job, view: JobWidget | TextSummary) -> None:
+    """Keep a --background job's widget live until the job ends."""
+    if isinstance(view, TextSummary):
+        return
+
+    def watch() -> None:
+        with contextlib.suppress(JobFailed):  # the widget shows the failure
+            follow(job, view, stream=False, stop_on_interrupt=False)
+
+    threading.Thread(target=watch, name=f"view-{job.id}", daemon=True).start()
