@@ -38,6 +38,7 @@ def test_hosts_from_the_flag_and_from_a_hostfile(tmp_path):
         ("h1:0", "'h1:0': the slots must be a whole number 1-1024"),
         ("h1:x", "'h1:x': the slots must be"),
         ("-oProxyCommand=x:1", "'-oProxyCommand=x' is not a host name"),
+        ("h1\n:2", r"'h1\\n' is not a host name"),
         ("h1,h1:2", "--hosts names h1 more than once"),
         ("/no/such/hostfile", "cannot read the hostfile /no/such/hostfile"),
     ],
@@ -54,6 +55,8 @@ def test_ssh_flags_are_checked():
         JobSpec(code="", hosts="h1").validate()
     with pytest.raises(SpecError, match="--ssh-user: 'a b' is not a user name"):
         JobSpec(code="", launcher="ssh", hosts="h", ssh_user="a b").validate()
+    with pytest.raises(SpecError, match=r"--ssh-user: 'root\\n' is not a user name"):
+        JobSpec(code="", launcher="ssh", hosts="h", ssh_user="root\n").validate()
 
 
 def test_ssh_failures_read_as_one_line_naming_the_host():

@@ -27,6 +27,11 @@ from jupyter_distrain.contract.store import JobDir
         ({"name": "bad name!"}, "--name"),
         ({"controller": "nccl"}, "--controller"),
         ({"env": {"1BAD": "x"}}, "--env"),
+        # a trailing newline is not a name ($ matches before it): "x\n" names no job
+        ({"name": "x\n"}, "--name"),
+        ({"env": {"A\n": "x"}}, "--env"),
+        ({"push": ["x\n"]}, "valid Python variable name"),
+        ({"out": "y\n"}, "valid Python variable name"),
     ],
 )
 def test_spec_rejects_bad_fields_naming_the_flag(fields, flag):

@@ -15,9 +15,9 @@ class SpecError(ValueError):
     """Bad input for a job. The message is one readable line naming the problem."""
 
 
-_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,39}$")
-_ENV_KEY_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-_IDENTIFIER_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,39}")  # names are fullmatch()ed
+_ENV_KEY_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_IDENTIFIER_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 CONTROLLERS = ("gloo", "mpi")
 KERAS_CHOICES = ("auto", "legacy", "native")
@@ -108,15 +108,15 @@ class JobSpec(_JobFields):
         _number("--grace", self.grace, "a number of seconds >= 0", low=None, high=MAX_GRACE)
         _number("--hang-timeout", self.hang_timeout, "seconds >= 0", low=None, high=MAX_SECONDS)
         _number("--stall-timeout", self.stall_timeout, "seconds >= 0", low=None, high=MAX_SECONDS)
-        if not _NAME_RE.match(self.name):
+        if not _NAME_RE.fullmatch(self.name):
             raise SpecError(
                 f"--name must be 1-40 letters, digits, '_', '.' or '-', got {self.name!r}"
             )
         for key in self.env:
-            if not _ENV_KEY_RE.match(key):
+            if not _ENV_KEY_RE.fullmatch(key):
                 raise SpecError(f"--env: {key!r} is not a valid environment variable name")
         for name in [*self.push, *([self.out] if self.out else [])]:
-            if not _IDENTIFIER_RE.match(name):
+            if not _IDENTIFIER_RE.fullmatch(name):
                 raise SpecError(f"{name!r} is not a valid Python variable name")
         return self
 

@@ -130,11 +130,11 @@ def in_range(low: int, high: int, what: str) -> Callable[[str, Any], None]:
 
 
 def matching(pattern: str, what: str) -> Callable[[str, Any], None]:
-    """An option check: empty, or text matching ``pattern`` (``what`` names it)."""
+    """An option check: empty, or text matching ``pattern`` whole (``what`` names it)."""
     compiled = re.compile(pattern, re.IGNORECASE)
 
     def check(flag: str, value: Any) -> None:
-        if value and not (isinstance(value, str) and compiled.match(value)):
+        if value and not (isinstance(value, str) and compiled.fullmatch(value)):
             raise SpecError(f"{flag}: {value!r} is not {what}")
 
     return check

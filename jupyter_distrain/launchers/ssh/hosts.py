@@ -8,7 +8,7 @@ from pathlib import Path
 
 from ...contract.spec import SpecError
 
-_HOST_RE = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9._-]{0,252})$")
+_HOST_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,252}")  # fullmatch()ed
 MAX_SLOTS = 1024
 
 
@@ -49,7 +49,7 @@ def parse_hosts(text: str) -> list[HostSlots]:
 
 def _host(entry: str) -> HostSlots:
     name, sep, count = entry.partition(":")
-    if not _HOST_RE.match(name):
+    if not _HOST_RE.fullmatch(name):
         raise SpecError(f"--hosts: {name!r} is not a host name or IPv4 address")
     if not sep:
         return HostSlots(name, 1)
