@@ -172,3 +172,119 @@ def test_clients_that_leave_before_the_answer_leave_no_traceback(server, capfd):
     time.sleep(0.5)
     assert control.request(server.address, "s3cret", {"op": "ping"})["ok"] is True
     assert "Traceback" not in capfd.readouterr().err
+
+
+def _answered(address: str) -> bool:
+    """Whether a ping is answered (a refused connection is reset or closed unanswered)."""
+    try:
+        return control.request(address, "s3cret", {"op": "ping"})["ok"]
+    except (ConnectionResetError, BrokenPipeError):
+        return False
+
+
+class Drippers:
+    """``count`` clients that each send one byte of a request every ``every`` seconds,
+    never finishing it: the slow-client attack on the connection slots."""
+
+    def __init__(self, address: str, count: int, every: float):
+        self.socks = []
+        for _ in range(count):
+            sock = socket.socket(socket.AF_UNIX)
+            sock.connect(control.parse_address(address)[1])
+            self.socks.append(sock)
+        self.every = every
+        self.done = threading.Event()
+        self.thread = threading.Thread(target=self._drip, daemon=True)
+        self.thread.start()
+
+    def _drip(self) -> None:
+        while not self.done.wait(self.every):
+            for sock in self.socks:
+                try:
+                    sock.send(b"{")
+                except OSError:
+                    pass
+
+    def close(self) -> None:
+        self.done.set()
+        self.thread.join()
+        for sock in self.socks:
+            sock.close()
+
+
+def test_slow_clients_lose_their_slot_after_the_request_deadline(server, monkeypatch):
+    monkeypatch.setattr(control, "READ_TIMEOUT_SECONDS", 2.0)
+    drippers = Drippers(server.address, control.MAX_CONNECTIONS + 8, every=0.5)
+    try:
+        wait_for(lambda: server.refused >= 8, 5, what="the cap reached")
+        # each dripper has sent a byte every 0.5 s: only the deadline for a whole
+        # request (not per read) frees their slots
+        wait_for(lambda: _answered(server.address), 8, what="a slot freed from the slow clients")
+    finally:
+        drippers.close()
+
+
+def test_one_tcp_peer_cannot_take_every_slot(tmp_path):
+    srv = control.ControlServer("s3cret", lambda body: {}, "tcp:127.0.0.1:0").start()
+    try:
+        held = []
+        for _ in range(control.MAX_CONNECTIONS_PER_PEER + 4):
+            sock = socket.create_connection(control.parse_address(srv.address)[1])
+            held.append(sock)
+        wait_for(lambda: srv.refused >= 4, 5, what="the per-peer cap")
+        assert srv.refused == 4
+        for sock in held:
+            sock.close()
+        wait_for(lambda: _answered(srv.address), 15, what="served")
+    finally:
+        srv.stop()
+
+
+SLEEPER = """\
+import time
+print("up", flush=True)
+time.sleep(600)
+"""
+
+
+def test_a_job_stops_while_slow_clients_hold_every_control_slot():
+    from jupyter_distrain import JobSpec, submit
+
+    job = submit(JobSpec(code=SLEEPER, workers=2, backend="plain", grace=2))
+    wait_for(lambda: job.state == "running" or job.done, 60, what="running")
+    pids = [p.pid for p in job.status().processes]
+    drippers = Drippers(job.dir.read_control().address, control.MAX_CONNECTIONS + 8, every=1.0)
+    try:
+        time.sleep(0.5)  # every slot is held now
+        assert job.stop(wait=True) == "stopped"
+    finally:
+        drippers.close()
+    import psutil
+
+    assert [p for p in pids if psutil.pid_exists(p)] == []
+
+
+SKEWED_CLIENT = """\
+import sys, time
+real = time.time
+time.time = lambda: real() - 300  # this host's clock is 5 minutes behind
+from jupyter_distrain.contract import control
+print(control.request(sys.argv[1], "s3cret", {"op": "hello"})["ok"])
+print(control.request(sys.argv[1], "s3cret", {"op": "bye"})["ok"])
+"""
+
+
+def test_a_host_whose_clock_is_off_is_answered_and_told_so(server):
+    import subprocess
+    import sys
+
+    ran = subprocess.run(
+        [sys.executable, "-c", SKEWED_CLIENT, server.address],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert ran.stdout.split() == ["True", "True"], ran.stderr
+    assert "clock is 300 s behind the supervisor's" in ran.stderr
+    assert ran.stderr.count("clock is") == 1  # said once: the next request is timed right
+    assert [b["op"] for b in server.seen] == ["hello", "bye"]

@@ -8,7 +8,6 @@ job's output in a cell is :mod:`jupyter_distrain.client.follow`.
 
 from __future__ import annotations
 
-import contextlib
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
@@ -128,10 +127,22 @@ class Job:
         return control.request(ctl.address, ctl.secret, body)
 
     def _tell(self, body: dict[str, Any]) -> None:
-        """Send a request that may find the job ended or not up yet: status() tells."""
-        if not self.done:
-            with contextlib.suppress(OSError, RuntimeError):
-                self._request(body)
+        """Send a request that may find the job ended or not up yet: status() tells. A
+        request the supervisor did not take in (every connection slot busy) is sent
+        again until a slot frees: a busy slot is held for at most one request's time."""
+
+        def taken() -> bool:
+            if self.done:
+                return True
+            try:
+                reply = self._request(body)
+            except (ConnectionResetError, BrokenPipeError):  # refused: every slot busy
+                return False
+            except (OSError, RuntimeError):  # ended, or not up yet: status() tells
+                return True
+            return reply.get("error") != control.NO_REPLY
+
+        poll_until(taken, control.READ_TIMEOUT_SECONDS + 2, POLL_SECONDS * 2)
 
     def stop(self, wait: bool = True) -> str:
         """Stop every process of the job (SIGTERM, then SIGKILL after the grace period);

@@ -16,11 +16,13 @@ Where the channel is, and its secret, are in the job directory's control file
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import hashlib
 import hmac
 import json
 import logging
+import math
 import os
 import re
 import secrets
@@ -40,8 +42,12 @@ log = logging.getLogger(__name__)
 Handler = Callable[[dict[str, Any]], dict[str, Any]]
 
 MAX_LINE_BYTES = 64 * 1024
-READ_TIMEOUT_SECONDS = 10.0
+READ_TIMEOUT_SECONDS = 10.0  # for a whole request line, however slowly it comes
 MAX_CONNECTIONS = 32
+MAX_CONNECTIONS_PER_PEER = 8  # over TCP, one address may not take every slot
+NO_REPLY = "no reply"  # what request() answers for a connection closed unanswered
+STALE = "stale request"  # signed right, by a clock more than FRESH_SECONDS off the server's
+_offsets: dict[str, float] = {}  # address -> its server's clock minus ours, once learnt
 FRESH_SECONDS = 120.0
 _SIG_RE = re.compile(r"[0-9a-f]{64}")
 CONTROL_FILE = "control"  # the control file's name in a job directory
@@ -77,9 +83,10 @@ def sign(secret: str, payload: dict[str, Any]) -> str:
     return hmac.new(secret.encode(), canonical, hashlib.sha256).hexdigest()
 
 
-def encode(secret: str, body: dict[str, Any]) -> bytes:
-    """One signed request line, with a fresh nonce and the time."""
-    payload = {"body": body, "nonce": secrets.token_hex(16), "time": time.time()}
+def encode(secret: str, body: dict[str, Any], now: float | None = None) -> bytes:
+    """One signed request line, with a fresh nonce and the time (``now``, else ours)."""
+    sent = time.time() if now is None else now
+    payload = {"body": body, "nonce": secrets.token_hex(16), "time": sent}
     return json.dumps({**payload, "sig": sign(secret, payload)}).encode() + b"\n"
 
 
@@ -98,9 +105,9 @@ def verify(secret: str, line: bytes, now: float | None = None) -> dict[str, Any]
 
 
 def _checked(
-    secret: str, line: bytes, now: float | None = None
+    secret: str, line: bytes, now: float | None = None, any_time: bool = False
 ) -> tuple[dict[str, Any], str] | None:
-    """(body, nonce) of a correctly signed, fresh request."""
+    """(body, nonce) of a correctly signed, fresh request (``any_time``: fresh or not)."""
     message = _parse(line)
     if message is None:
         return None
@@ -110,7 +117,7 @@ def _checked(
     if not isinstance(sent, int | float) or not _SIG_RE.fullmatch(sig) or len(nonce) > 64:
         return None
     now = time.time() if now is None else now
-    if abs(now - sent) > FRESH_SECONDS:
+    if abs(now - sent) > FRESH_SECONDS and not any_time:
         return None
     expected = sign(secret, {"body": body, "nonce": nonce, "time": sent})
     return (body, nonce) if hmac.compare_digest(expected, sig) else None
@@ -182,6 +189,11 @@ class ControlServer:
     def answer(self, line: bytes, handler: Handler) -> dict[str, Any]:
         """The reply to one request line."""
         checked = _checked(self.secret, line)
+        if checked is None and _checked(self.secret, line, any_time=True) is not None:
+            # signed with the secret, but by a clock far from ours: say our time, so
+            # the client can time its requests by it (nothing is taken from this one)
+            self.rejected += 1
+            return {"ok": False, "error": STALE, "now": time.time()}
         if checked is None or not self.replays.first_time(checked[1]):
             self.rejected += 1
             return {"ok": False, "error": "bad signature"}
@@ -200,12 +212,10 @@ def _make_server(
         timeout = READ_TIMEOUT_SECONDS
 
         def handle(self) -> None:
+            pending = b""
             while True:
-                try:
-                    line = self.rfile.readline(MAX_LINE_BYTES + 1)
-                except OSError:  # the read timed out or the peer went away
-                    return
-                if not line:
+                line, pending = _read_line(self.request, pending)
+                if line is None:  # the peer went away, or took too long over its request
                     return
                 if len(line) > MAX_LINE_BYTES or not line.endswith(b"\n"):
                     outer.rejected += 1
@@ -227,12 +237,21 @@ def _make_server(
         daemon_threads = True
         allow_reuse_address = True
         slots = threading.BoundedSemaphore(MAX_CONNECTIONS)
+        peers: collections.Counter[str] = collections.Counter()  # TCP: connections per address
+        peers_lock = threading.Lock()
 
         def handle_error(self, request: Any, client_address: Any) -> None:
             log.debug("control connection failed", exc_info=True)  # no traceback per request
 
         def process_request(self, request: Any, client_address: Any) -> None:
-            if not self.slots.acquire(blocking=False):
+            peer = client_address[0] if isinstance(client_address, tuple) else ""
+            with self.peers_lock:
+                crowded = bool(peer) and self.peers[peer] >= MAX_CONNECTIONS_PER_PEER
+                if not crowded:
+                    self.peers[peer] += 1
+            if crowded or not self.slots.acquire(blocking=False):
+                if not crowded:
+                    self._forget(peer)
                 outer.refused += 1
                 self.shutdown_request(request)
                 return
@@ -243,19 +262,73 @@ def _make_server(
                 super().process_request_thread(request, client_address)
             finally:
                 self.slots.release()
+                self._forget(client_address[0] if isinstance(client_address, tuple) else "")
+
+        def _forget(self, peer: str) -> None:
+            with self.peers_lock:
+                self.peers[peer] -= 1
+                if self.peers[peer] <= 0:
+                    del self.peers[peer]
 
     return Server(address, RequestHandler)
+
+
+def _read_line(sock: socket.socket, pending: bytes) -> tuple[bytes | None, bytes]:
+    """One request line from ``sock`` (after what was already read, ``pending``), and
+    what came after it. The whole line must arrive within ``READ_TIMEOUT_SECONDS``:
+    a client that sends a byte now and then cannot hold a connection slot for longer.
+    A line over ``MAX_LINE_BYTES`` is returned as it is (the caller refuses it)."""
+    deadline = time.monotonic() + READ_TIMEOUT_SECONDS
+    data = pending
+    while b"\n" not in data and len(data) <= MAX_LINE_BYTES:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            return None, b""
+        try:
+            sock.settimeout(left)
+            chunk = sock.recv(65536)
+        except OSError:  # timed out, or the peer went away
+            return None, b""
+        if not chunk:
+            return (data or None), b""
+        data += chunk
+    line, newline, rest = data.partition(b"\n")
+    return line + newline, rest
 
 
 def request(
     address: str, secret: str, body: dict[str, Any], timeout: float = 5.0
 ) -> dict[str, Any]:
-    """Send one signed request and return the reply; raises OSError when unreachable."""
+    """Send one signed request and return the reply; raises OSError when unreachable.
+
+    Requests are timed by the server's clock: when the server refuses one as stale
+    (this host's clock is off by more than ``FRESH_SECONDS``), the offset it tells is
+    kept for that address, said once in a warning, and the request signed again."""
+    reply = _exchange(
+        address, encode(secret, body, time.time() + _offsets.get(address, 0.0)), timeout
+    )
+    now = reply.get("now")
+    if reply.get("error") == STALE and isinstance(now, int | float) and math.isfinite(now):
+        offset = now - time.time()
+        _offsets[address] = offset
+        log.warning(
+            "jupyter_distrain: this host's clock is %.0f s %s the supervisor's (%s); "
+            "requests are timed by the supervisor's clock (set the clock right: NTP)",
+            abs(offset),
+            "behind" if offset > 0 else "ahead of",
+            address,
+        )
+        reply = _exchange(address, encode(secret, body, time.time() + offset), timeout)
+    return reply
+
+
+def _exchange(address: str, line: bytes, timeout: float) -> dict[str, Any]:
+    """Send one request line and read the one-line reply."""
     family, target = parse_address(address)
     with socket.socket(family, socket.SOCK_STREAM) as sock:
         sock.settimeout(timeout)
         sock.connect(target)
-        sock.sendall(encode(secret, body))
+        sock.sendall(line)
         data = b""
         while not data.endswith(b"\n") and len(data) <= MAX_LINE_BYTES * 16:
             chunk = sock.recv(65536)
@@ -263,4 +336,4 @@ def request(
                 break
             data += chunk
     reply = _parse(data)
-    return reply if reply is not None else {"ok": False, "error": "no reply"}
+    return reply if reply is not None else {"ok": False, "error": NO_REPLY}
