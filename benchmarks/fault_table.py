@@ -23,6 +23,7 @@ def main() -> int:
         report = Path(tmp) / "faults.jsonl"
         env = {**os.environ, "FAULT_REPORT": str(report)}
         suites = ["tests/faults", "tests/test_hardening.py", "tests/test_channels.py"]
+        suites.append("tests/test_delivery.py")  # what hosts send back: crafted archives
         run = subprocess.run(
             [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *suites],
             cwd=ROOT,
@@ -36,22 +37,25 @@ def main() -> int:
             else []
         )
     print(
-        f"{'fault':<48} {'survived':<9} {'state':<10} {'left':>4} {'lines on disk':>13} {'lost':>4}"
+        f"{'fault':<48} {'survived':<9} {'state':<10} {'left':>4} {'lines on disk':>13} "
+        f"{'lost':>4} {'outside':>7}"
     )
     for row in rows:
         print(
             f"{row['fault']:<48} {str(row['survived']):<9} {row['state']:<10} "
-            f"{row['processes_left']:>4} {row.get('lines_on_disk', '-'):>13} {row['lines_lost']:>4}"
+            f"{row['processes_left']:>4} {row.get('lines_on_disk', '-'):>13} "
+            f"{row['lines_lost']:>4} {row.get('files_outside', '-'):>7}"
         )
     survived = sum(r["survived"] for r in rows)
     print(
         f"\nfaults survived: {survived}/{len(rows)}; processes left: "
         f"{sum(r['processes_left'] for r in rows)}; log lines lost: "
-        f"{sum(r['lines_lost'] for r in rows)}"
+        f"{sum(r['lines_lost'] for r in rows)}; files written outside the job directory: "
+        f"{sum(r.get('files_outside', 0) for r in rows)}"
     )
     counts = re.search(r"(\d+) passed(?:, (\d+) failed)?", run.stdout)
     print(
-        f"bad-input and channel tests (hardening + channels + faults): "
+        f"bad-input, channel and delivery tests (hardening + channels + faults + delivery): "
         f"{counts.group(0) if counts else run.stdout[-500:]}"
     )
     return run.returncode

@@ -7,6 +7,7 @@ launcher whose second host's agent answers with a crafted archive."""
 from __future__ import annotations
 
 import io
+import json
 import os
 import pickle
 import socket
@@ -85,7 +86,7 @@ def assert_own_files_unchanged(job: Path) -> None:
     assert not any(p.name.startswith(".incoming") for p in job.iterdir())  # staging gone
 
 
-def path_max_chain(target: str, payload: bytes) -> bytes:
+def path_max_chain(target: str, payload: bytes) -> list[tuple[tarfile.TarInfo, bytes]]:
     """CVE-2025-4517's archive: symlinks through 16 directories of 247-character names
     make a path longer than PATH_MAX, which ``os.path.realpath`` stops resolving, so
     tarfile's ``data`` filter (before Python 3.11.13) thinks ``escape`` stays inside the
@@ -102,7 +103,16 @@ def path_max_chain(target: str, payload: bytes) -> bytes:
     entries.append(entry(top, kind=tarfile.SYMTYPE, link="../" * len(steps)))
     entries.append(entry("escape", kind=tarfile.SYMTYPE, link=f"{top}/../{target}"))
     entries.append(entry("escape/planted", payload))
-    return archive(*entries)
+    return entries
+
+
+def report_row(fault: str, survived: bool, state: str, left: int, outside: int) -> None:
+    """One row for benchmarks/fault_table.py (appended to $FAULT_REPORT when set)."""
+    path = os.environ.get("FAULT_REPORT")
+    if path:
+        row = {"fault": fault, "survived": survived, "state": state, "processes_left": left}
+        with open(path, "a") as f:
+            f.write(json.dumps({**row, "lines_lost": 0, "files_outside": outside}) + "\n")
 
 
 # --- what a host legitimately sends -------------------------------------------------------
@@ -172,14 +182,16 @@ def test_the_path_max_symlink_chain_gets_past_tarfiles_own_filter_here(tmp_path)
         pytest.skip("this Python's tarfile has the fix for CVE-2025-4517")
     (tmp_path / "destination").mkdir()
     (tmp_path / "outside").mkdir()
-    with tarfile.open(fileobj=io.BytesIO(path_max_chain("outside", b"pwned"))) as tar:
+    with tarfile.open(fileobj=io.BytesIO(archive(*path_max_chain("outside", b"pwned")))) as tar:
         tar.extractall(tmp_path / "destination", filter="data")
     assert (tmp_path / "outside" / "planted").read_bytes() == b"pwned"
 
 
 def test_the_path_max_symlink_chain_writes_nothing_outside(job, tmp_path):
-    received, warnings = deliver(job, path_max_chain("../outside", b"pwned"))
-    assert files_under(tmp_path / "outside") == set()
+    received, warnings = deliver(job, archive(*path_max_chain("../outside", b"pwned")))
+    outside = len(files_under(tmp_path / "outside"))
+    report_row("PATH_MAX symlink chain (CVE-2025-4517)", outside == 0, "-", 0, outside)
+    assert outside == 0
     assert received.complete and received.stored == []  # read to its end, nothing kept
     assert "'escape': a symbolic link" in received.refused
     assert "'escape/planted': only result.pkl and checkpoints/ come back from a host" in (
@@ -426,7 +438,7 @@ result = f"from rank {rank}"
 
 @pytest.fixture(scope="module")
 def hosts(tmp_path_factory):
-    from multihost import ssh_cluster
+    from multihost import ssh_cluster  # here: the other tests need no hosts
 
     if os.geteuid() != 0:
         pytest.skip("network namespaces need root")
@@ -437,6 +449,8 @@ def hosts(tmp_path_factory):
 def test_a_host_answering_with_a_crafted_archive_changes_nothing_of_the_job(
     hosts, jobs_root, tmp_path
 ):
+    from jobscan import left_after, processes_naming
+
     from jupyter_distrain.client import api
     from jupyter_distrain.contract.spec import JobSpec
 
@@ -456,6 +470,7 @@ def test_a_host_answering_with_a_crafted_archive_changes_nothing_of_the_job(
             entry(str(outside / "absolute"), b"x"),
             entry("checkpoints/link", kind=tarfile.SYMTYPE, link=str(outside)),
             entry("checkpoints/rank1.txt", b"from the host, not rank 1"),
+            *path_max_chain(f"../{os.path.relpath(outside, jobs_root)}", b"pwned"),
         )
     )
     wrapper = tmp_path / "python"  # --remote-python: the second host's agent sends `crafted`
@@ -469,7 +484,12 @@ def test_a_host_answering_with_a_crafted_archive_changes_nothing_of_the_job(
     wrapper.chmod(0o755)
     spec = JobSpec(code=PLANTING, workers=2, backend="plain", out="answer", **hosts.options())
     job = api.submit(JobSpec(**{**spec.to_dict(), "remote_python": str(wrapper)}))
-    assert job.wait(120) == "succeeded", job.status().error
+    state = job.wait(120)
+    left = len(left_after(lambda: processes_naming(job.id), 15))
+    planted = len(files_under(outside)) + len(list(jobs_root.iterdir())) - 1 + marker.exists()
+    survived = state == "succeeded" and job.result() == "from rank 0" and left == 0
+    report_row("crafted archive from an ssh host", survived and not planted, state, left, planted)
+    assert state == "succeeded", job.status().error
     assert job.result() == "from rank 0" and not marker.exists()
     assert (job.dir.path / "result.pkl").stat().st_mode & 0o777 == 0o600
     for own in (job.dir.state_file, job.dir.events_file, job.dir.metrics_file):
@@ -487,6 +507,7 @@ def test_a_host_answering_with_a_crafted_archive_changes_nothing_of_the_job(
         ("result.pkl", "result.pkl comes only from the host of rank 0"),
         ("../escaped", "a name with '..'"),
         ("checkpoints/link", "a symbolic link"),
+        ("a", "a symbolic link"),  # the chain's first link
     ]:
         assert f"host 10.232.0.12: refused {name!r} of what it sent back: {why}" in warned
     assert not any("10.232.0.11" in w for w in warned)  # rank 0's host: its link stayed there

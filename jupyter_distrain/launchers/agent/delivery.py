@@ -91,7 +91,7 @@ class Received:
         return not self.problem
 
 
-class Stop(Exception):
+class StopReading(Exception):
     """This host's archive cannot be read on (a limit, a broken stream, a full disk)."""
 
 
@@ -134,6 +134,8 @@ class Delivery:
             if not received.problem:
                 with self._lock:
                     self._commit(staging, staged, result, received)
+        except OSError as exc:  # the job directory itself (gone, unreadable)
+            received.problem = f"cannot store its files here: {exc.strerror or exc}"
         finally:
             shutil.rmtree(staging, ignore_errors=True)
         left = len(received.refused) - MAX_WARNINGS
@@ -156,13 +158,13 @@ class Delivery:
             ) as tar:
                 for count, member in enumerate(tar, 1):
                     if count > self.limits.entries:
-                        raise Stop(f"it sent more than {self.limits.entries} entries")
+                        raise StopReading(f"it sent more than {self.limits.entries} entries")
                     parts = self._take(tar, member, root, result, received)
                     if parts is not None:
                         staged.append((parts, member.isdir()))
             while capped.read(CHUNK_BYTES):  # to the end: the sender's outcome comes there
                 pass
-        except Stop as stop:
+        except StopReading as stop:
             received.problem = str(stop)
         except Exception as exc:  # a broken archive, a lost connection, a failed sender
             received.problem = f"its archive is unreadable: {one_line(exc)}"
@@ -195,7 +197,7 @@ class Delivery:
             return None
         except OSError as exc:
             if exc.errno in _STORAGE_ERRORS:
-                raise Stop(f"cannot store {member.name!r} here: {exc.strerror}") from None
+                raise StopReading(f"cannot store {member.name!r} here: {exc.strerror}") from None
             self._refuse(received, member.name, _reason(exc))
             return None
         return parts
@@ -246,7 +248,8 @@ class Delivery:
             for parts, is_dir in staged:
                 name = "/".join(parts)
                 if not result and name in self._from_result_host:
-                    continue  # the result host's copy stays
+                    log.debug("%s: %s: the result host's copy stays", received.source, name)
+                    continue
                 try:
                     _move(stage, job, parts, is_dir)
                 except OSError as exc:
@@ -276,13 +279,14 @@ class _BoundedTarInfo(tarfile.TarInfo):
         except tarfile.EOFHeaderError:  # the end-of-archive block
             raise
         except tarfile.HeaderError as exc:
-            raise Stop(f"its archive is broken: {exc}") from None
+            raise StopReading(f"its archive is broken: {exc}") from None
 
     def _proc_member(self, tarfile_: tarfile.TarFile) -> tarfile.TarInfo:
         if self.type == tarfile.GNUTYPE_SPARSE:
-            raise Stop(f"{self.name!r} is a sparse file")
+            raise StopReading(f"{self.name!r} is a sparse file")
         if self.type in _HEADER_TYPES and self.size > MAX_HEADER_BYTES:
-            raise Stop(f"a header of {self.size} bytes, over the limit of {MAX_HEADER_BYTES}")
+            limit = MAX_HEADER_BYTES
+            raise StopReading(f"a header of {self.size} bytes, over the limit of {limit}")
         return super()._proc_member(tarfile_)  # type: ignore[misc]
 
 
@@ -335,7 +339,7 @@ def _write(
         while left:
             chunk = source.read(min(CHUNK_BYTES, left))
             if not chunk:
-                raise Stop(f"its archive ends inside {member.name!r}")
+                raise StopReading(f"its archive ends inside {member.name!r}")
             view = memoryview(chunk)
             while view:
                 view = view[os.write(fd, view) :]
@@ -377,7 +381,7 @@ def one_line(exc: BaseException) -> str:
 
 # --- streams ----------------------------------------------------------------------------
 class _Capped:
-    """``stream``, raising :class:`Stop` once more than ``limit`` bytes came."""
+    """``stream``, raising :class:`StopReading` once more than ``limit`` bytes came."""
 
     def __init__(self, stream: IO[bytes], limit: int):
         self.stream = stream
@@ -388,7 +392,7 @@ class _Capped:
         data = self.stream.read(CHUNK_BYTES if size is None or size < 0 else size)
         self.count += len(data)
         if self.count > self.limit:
-            raise Stop(f"it sent more than {self.limit} bytes")
+            raise StopReading(f"it sent more than {self.limit} bytes")
         return data
 
 

@@ -18,7 +18,6 @@ the process tree on its host when its connection ends or goes silent.
 from __future__ import annotations
 
 import dataclasses
-import io
 import ipaddress
 import json
 import logging
@@ -29,7 +28,7 @@ import shlex
 import shutil
 import subprocess
 import sys
-import tarfile
+import tempfile
 import threading
 import time
 from pathlib import Path
@@ -40,17 +39,19 @@ from ...contract.process import HOST_PLACEHOLDER, Env, ProcessId
 from ...contract.spec import JobSpec, SpecError
 from ...contract.store import runtime_dir
 from ..agent.client import HANG_UP_SECONDS, AgentClient, job_files_archive
+from ..agent.delivery import Delivery, PipeStream, Received, result_slots
 from ..base import LaunchedProcess, Launcher, LauncherOption, ProcessSpec, Slot, in_range, matching
 from ..limits import thread_env
 from ..local import LocalProcess, die_with_parent
 from .hosts import parse_hosts
-from .session import RemoteError, SshOptions, on_each
+from .session import RemoteError, SshOptions, explain, on_each
 
 log = logging.getLogger(__name__)
 _TAG_RE = re.compile(rb"\[\d+,(\d+)\]<std(?:out|err)>:")  # mpirun --tag-output
 
 REMOTE_ROOT = ".jupyter_distrain/jobs"  # under the remote user's home
-FINISH_SECONDS = 30.0
+FINISH_SECONDS = 30.0  # with nothing coming back from a host, its files stay there
+FINISH_TOTAL_SECONDS = 3600.0  # the longest one host's files may take to come back
 MAX_SOCKET_BYTES = 107  # a Unix socket's path: sun_path holds 108 bytes, the last a NUL
 MOST_STARTS = 999_999  # the longest start count in a socket's name (restarts included)
 
@@ -343,6 +344,7 @@ class SshLauncher(Launcher):
         self._guards: dict[str, SshProcess] = {}  # by host name: for mpirun's ranks
         self._mpirun: LaunchedProcess | None = None
         self._starts = 0
+        self._result_hosts: set[str] = set()  # the host of rank 0: the result comes from it
 
     @classmethod
     def check_capacity(cls, spec: JobSpec, processes: int) -> JobSpec:
@@ -425,6 +427,7 @@ class SshLauncher(Launcher):
             raise RuntimeError("the pre-flight reserved too few ports") from None
 
     def start(self, proc: ProcessSpec, log_path: Path) -> LaunchedProcess:
+        self._result_hosts.update(slot.host for slot in result_slots(proc))
         if proc.hosts:  # mpirun: here, starting the ranks over ssh itself
             self._mpirun = self._start_mpirun(proc, log_path)
             return self._mpirun
@@ -544,17 +547,57 @@ class SshLauncher(Launcher):
 
     def close(self) -> None:
         self.sweep()
-        failures = [r for r in on_each(sorted(self._unpacked), self._finish) if r is not None]
+        delivery = Delivery(self.job.path, self.warn)
+        names = sorted(self._unpacked)
+        failures = on_each(names, lambda name: self._finish(name, delivery))
         for failure in failures:
-            log.warning("%s", failure)
+            if failure is not None:
+                self.warn(str(failure))
         on_each([h.name for h in self.hosts], self.options.close_master)
         self._unpacked.clear()
         if self._control_dir:
             shutil.rmtree(self._control_dir, ignore_errors=True)
 
-    def _finish(self, name: str) -> None:
-        """Bring back what the job produced on ``name`` (its result, checkpoints) and
-        remove the job's directory there."""
-        data = self.options.run(name, ["finish", self._directory(name)], timeout=FINISH_SECONDS)
-        with tarfile.open(fileobj=io.BytesIO(data)) as tar:
-            tar.extractall(self.job.path, filter="data")
+    def _finish(self, name: str, delivery: Delivery) -> None:
+        """Bring back what the job produced on ``name`` (rank 0's result, checkpoints:
+        what :mod:`..agent.delivery` accepts), streamed; the job's directory there is
+        removed only once that is stored here."""
+        directory = self._directory(name)
+        try:
+            received = self._receive(name, directory, delivery)
+        except OSError as exc:  # no ssh to start (EAGAIN, EMFILE)
+            received = Received(f"host {name}", problem=f"cannot run ssh: {exc}")
+        if not received.complete:
+            raise RemoteError(
+                f"host {name}: what the job produced there was not brought back "
+                f"({received.problem}); it stays there in {directory}"
+            )
+        self.options.run(name, ["remove", directory])
+
+    def _receive(self, name: str, directory: str, delivery: Delivery) -> Received:
+        """The agent's ``send`` on ``name``, read into ``delivery`` as it comes."""
+        argv = self.options.ssh_argv(name, self.options.agent("send", directory))
+        with (
+            tempfile.TemporaryFile() as errors,
+            subprocess.Popen(
+                argv,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=errors,
+                start_new_session=True,
+            ) as ssh,
+        ):
+
+            def ended() -> None:  # the archive's end: did the agent send all of it?
+                code = ssh.wait(HANG_UP_SECONDS)
+                if code != 0:
+                    errors.seek(0)
+                    said = explain(name, code, errors.read().decode(errors="replace"), self.options)
+                    raise RemoteError(said.removeprefix(f"host {name}: "))
+
+            assert ssh.stdout is not None
+            stream = PipeStream(ssh.stdout, FINISH_SECONDS, FINISH_TOTAL_SECONDS, ended)
+            received = delivery.receive(f"host {name}", stream, name in self._result_hosts)
+            if ssh.poll() is None:
+                ssh.kill()
+        return received
