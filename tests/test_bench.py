@@ -66,7 +66,7 @@ def test_synchronous_parameter_servers_are_benched_with_the_seeds_program(jobs_r
         roles = sorted(p.role for p in status.processes)
         assert roles == ["ps"] * int(row.backend[9]) + ["worker"] * row.workers  # no chief
         # the seed's contract, synchronously: TF1's SyncReplicasOptimizer in `run`
-        assert status.backend_info["seed_mode"] and "SyncReplicasOptimizer" in job.spec.code
+        assert status.backend_info["tf1_run"] and "SyncReplicasOptimizer" in job.spec.code
 
 
 @pytest.mark.horovod

@@ -12,6 +12,7 @@ import pytest
 from IPython.core.interactiveshell import InteractiveShell
 
 from jupyter_distrain.contract.cellcheck import check_syntax, undefined_names
+from jupyter_distrain.contract.process import Env, Mode
 from jupyter_distrain.contract.spec import JobSpec, SpecError, parse_env_pairs, parse_names
 from jupyter_distrain.contract.store import JobDir
 
@@ -37,6 +38,11 @@ from jupyter_distrain.contract.store import JobDir
 def test_spec_rejects_bad_fields_naming_the_flag(fields, flag):
     with pytest.raises(SpecError, match=flag):
         JobSpec(code="pass", **fields).validate()
+
+
+def test_a_worker_reads_the_old_mode_name_seed_as_tf1_run():
+    assert Mode.from_env({Env.MODE: "seed"}) == Mode.TF1_RUN == "tf1_run"
+    assert Mode.from_env({}) == Mode.TRAIN and Mode.from_env({Env.MODE: "server"}) == "server"
 
 
 def test_spec_round_trips_through_json():

@@ -16,8 +16,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from ..contract.cellcheck import defines_seed_run
-from ..contract.process import Env, ProcessId
+from ..contract.cellcheck import defines_tf1_run
+from ..contract.process import Env, Mode, ProcessId
 from ..contract.status import ProcessRecord
 from ..launchers.base import Launcher, Slot
 from .base import Backend, Outcome, Plan, WorkerCommand, failed_first
@@ -35,15 +35,15 @@ class ParameterServerBackend(Backend):
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self.seed_mode = defines_seed_run(self.spec.code)
-        self.chief = ProcessId("worker", 0) if self.seed_mode else ProcessId("chief", 0)
+        self.tf1_run = defines_tf1_run(self.spec.code)  # Cloudera's run(cluster, server, ...)
+        self.chief = ProcessId("worker", 0) if self.tf1_run else ProcessId("chief", 0)
 
     @classmethod
     def available(cls) -> tuple[bool, str]:
         return tensorflow_available("parameter servers")
 
     def roles(self) -> list[tuple[str, int]]:
-        chief = [] if self.seed_mode else [("chief", 1)]
+        chief = [] if self.tf1_run else [("chief", 1)]
         return [*chief, ("worker", self.spec.workers), ("ps", self.spec.ps)]
 
     def slots_needed(self) -> int:
@@ -53,16 +53,17 @@ class ParameterServerBackend(Backend):
         placed = assign_roles(slots, self.roles())
         cluster = cluster_of(placed, launcher)
         # ParameterServerStrategy: what TensorFlow's tutorial sets (RPCs fail fast, so its
-        # coordinator retries elsewhere). Not in seed mode: a TF1 session opened on the
+        # coordinator retries elsewhere). Not for a TF1 run(): a TF1 session opened on the
         # chief must wait for servers still starting, not fail on the first refusal.
-        fail_fast = {} if self.seed_mode else {"GRPC_FAIL_FAST": "use_caller"}
+        fail_fast = {} if self.tf1_run else {"GRPC_FAIL_FAST": "use_caller"}
         procs = tf_config_processes(placed, cluster, worker, **fail_fast)
         for proc in procs:
-            if self.seed_mode:
-                proc.env[Env.MODE] = "seed"
+            if self.tf1_run:
+                proc.env[Env.MODE] = Mode.TF1_RUN
             elif proc.id.role in ("worker", "ps"):
-                proc.env[Env.MODE] = "server"
-        info = {"cluster": cluster, "seed_mode": self.seed_mode}
+                proc.env[Env.MODE] = Mode.SERVER
+        # "seed_mode": the old name of "tf1_run" in state.json, kept for one release
+        info = {"cluster": cluster, "tf1_run": self.tf1_run, "seed_mode": self.tf1_run}
         return Plan(procs, info=info, ports=cluster_ports(cluster))
 
     def outcome(self, records: Sequence[ProcessRecord], ended: ProcessRecord) -> Outcome | None:
@@ -71,9 +72,9 @@ class ParameterServerBackend(Backend):
         if ended.id == self.chief:
             if ended.exit_code == 0:
                 return Outcome("succeeded")
-            what = "worker 0 (the chief)" if self.seed_mode else "the chief"
+            what = "worker 0 (the chief)" if self.tf1_run else "the chief"
             return Outcome("failed", f"{what} failed (exit code {ended.exit_code})", ended)
-        if self.seed_mode and ended.exit_code:
+        if self.tf1_run and ended.exit_code:
             outcome = failed_first(records, ended)
             culprit = outcome.culprit or ended
             outcome.error = f"worker {culprit.index} failed (exit code {culprit.exit_code})"

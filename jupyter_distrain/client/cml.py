@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from .. import plugins
-from ..contract.cellcheck import defines_seed_run
+from ..contract.cellcheck import defines_tf1_run
 from ..contract.process import ProcessId
 from ..contract.spec import JobSpec, SpecError
 from ..contract.status import ProcessRecord
@@ -195,7 +195,7 @@ def run_cluster(
         code = path.read_text()
     except OSError as exc:
         raise SpecError(f"worker_script: cannot read {worker_script}: {exc.strerror}") from None
-    if not defines_seed_run(code):
+    if not defines_tf1_run(code):
         raise SpecError(
             f"worker_script: {worker_script} does not define run(cluster, server, task_index)"
         )

@@ -58,8 +58,9 @@ def undefined_names(code: str) -> list[str]:
     return sorted(loaded - bound - set(dir(builtins)) - _PROVIDED)
 
 
-def defines_seed_run(code: str) -> bool:
-    """Whether the cell defines ``run(cluster, server, task_index)`` at top level."""
+def defines_tf1_run(code: str) -> bool:
+    """Whether the cell defines ``run(cluster, server, task_index)`` at top level: Cloudera's
+    TF1 contract, which the ps backend runs in :attr:`~.process.Mode.TF1_RUN`."""
     try:
         tree = ast.parse(code)
     except SyntaxError:

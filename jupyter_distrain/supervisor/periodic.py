@@ -1,5 +1,7 @@
 """The supervisor's periodic duties, each a small object the loop ticks: the startup
-deadline, memory limits, the scale timeout, orphan reaping, and saving live metrics."""
+deadline (``--timeout``), memory limits (``--memory``), sampling GPUs, hung processes
+(``--hang-timeout``), a full disk, stalled training (``--stall-timeout``), the scale
+timeout, reaping orphans, and saving live metrics to state.json."""
 
 from __future__ import annotations
 
@@ -158,6 +160,8 @@ class StallWatch(Periodic):
 
 
 class ScaleTimeout(Periodic):
+    """Checks a resize in progress: a drain that ran out, a request nobody answered."""
+
     def run(self) -> None:
         self.supervisor.scaling.expire()
 

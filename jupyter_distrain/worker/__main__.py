@@ -8,7 +8,7 @@ supervisor, then runs in the mode the backend chose:
   is stored when the job has ``--out``.
 - ``server``: a TensorFlow server for ParameterServerStrategy's worker and ps
   tasks; it serves until the supervisor stops it.
-- ``seed``: Cloudera's ``run_cluster`` contract: the program defines
+- ``tf1_run`` (``seed`` before): Cloudera's ``run_cluster`` contract: the program defines
   ``run(cluster, server, task_index)``; ps tasks join their server, workers
   call ``run``. TF1 graph mode, as such programs expect.
 """
@@ -27,7 +27,7 @@ from typing import Any
 
 from ..contract import control, metrics
 from ..contract import process as contract
-from ..contract.process import Env, ProcessId, WorkerChannels
+from ..contract.process import Env, Mode, ProcessId, WorkerChannels
 from ..contract.store import JobDir
 from . import horovod_hook, instrument, keras_hook
 
@@ -82,7 +82,7 @@ def serve_tf_server() -> None:
     server.join()
 
 
-def run_seed(namespace: dict[str, Any]) -> None:
+def run_tf1(namespace: dict[str, Any]) -> None:
     """Cloudera's contract: ps tasks join, workers call ``run(cluster, server, task_index)``."""
     import json
 
@@ -111,16 +111,16 @@ def run_program(job: JobDir, path: Path, program: CodeType, mode: str, rank: int
     namespace: dict[str, Any] = {"__name__": "__main__", "__file__": str(path)}
     namespace.update(job.read_pushed())
     try:
-        if mode == "server":
+        if mode == Mode.SERVER:
             serve_tf_server()
             return 0
-        if mode == "seed":
+        if mode == Mode.TF1_RUN:
             import tensorflow as tf
 
             tf.compat.v1.disable_eager_execution()  # TF1 programs build graphs
         exec(program, namespace)
-        if mode == "seed":
-            run_seed(namespace)
+        if mode == Mode.TF1_RUN:
+            run_tf1(namespace)
     except SystemExit as exc:
         return _exit_code(exc.code)
     except BaseException as exc:
@@ -186,12 +186,12 @@ def main() -> int:
     address = os.environ.get(Env.ADDRESS, "")
     _tell_supervisor(channels, contract.hello(me, os.getpid(), socket.gethostname(), address))
     metrics.reporter()  # heartbeats from now on: silence means a hung process
-    mode = os.environ.get(Env.MODE, "train")
-    if os.environ.get(Env.INSTRUMENT, "1") != "0" and channels.metrics and mode != "server":
+    mode = Mode.from_env(os.environ)
+    if os.environ.get(Env.INSTRUMENT, "1") != "0" and channels.metrics and mode != Mode.SERVER:
         keras_hook.install()
     horovod_hook.install(
         elastic=bool(os.environ.get("HOROVOD_ELASTIC")),
-        autograph=os.environ.get(Env.HOROVOD_AUTOGRAPH) == "1",
+        convert_horovod=os.environ.get(Env.HOROVOD_AUTOGRAPH) == "1",
     )
     code = run_program(job, path, program, mode, rank)
     # Python gives SIGUSR1 back its default action while it shuts down: a checkpoint

@@ -96,12 +96,12 @@ def patch_elastic_state(module: Any) -> None:
     state_cls.sync = sync
 
 
-def install(elastic: bool, autograph: bool) -> None:
-    """Patch Horovod's elastic state (``elastic``) and AutoGraph's rules (unless
-    ``autograph``: convert Horovod's code as TensorFlow would) when (if ever) the
-    program imports them."""
+def install(elastic: bool, convert_horovod: bool) -> None:
+    """When (if ever) the program imports them: patch Horovod's elastic state
+    (``elastic``), and leave Horovod's code unconverted by AutoGraph unless
+    ``convert_horovod`` (then AutoGraph converts it, as TensorFlow does by default)."""
     if elastic:
         patch_on_import(ELASTIC_MODULE, patch_elastic_state)
-    if not autograph:
+    if not convert_horovod:
         patch_on_import(AUTOGRAPH_CONFIG, leave_horovod_unconverted)
         patch_on_import(HOROVOD_TF_UTIL, trace_subgraphs_unconverted)
