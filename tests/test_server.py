@@ -194,6 +194,7 @@ async def test_every_route_needs_authentication(jp_fetch):
     job = _finished_job()
     routes = [
         ("GET", ("distrain", "jobs")),
+        ("DELETE", ("distrain", "jobs")),
         ("GET", ("distrain", "jobs", job.id)),
         ("PATCH", ("distrain", "jobs", job.id)),
         ("DELETE", ("distrain", "jobs", job.id)),
@@ -334,6 +335,21 @@ def test_a_metrics_line_longer_than_one_read_is_skipped(tmp_path):
         got, offset = _lines_after(path, offset)
         lines += got
     assert lines[-1] == b'{"step": 1}' and offset == path.stat().st_size
+
+
+async def test_delete_on_the_jobs_removes_finished_jobs_never_a_running_one(jp_fetch):
+    finished = [_finished_job() for _ in range(2)]
+    running = _running_job()
+    removed = _json(await jp_fetch("distrain", "jobs", method="DELETE", params={"keep": 1}))
+    assert removed["removed"] == [finished[0].id]
+    listed = {j["id"] for j in _json(await jp_fetch("distrain", "jobs"))["jobs"]}
+    assert listed == {finished[1].id, running.id}
+    RecordingAuthorizer.read_only = True
+    assert (await _error(jp_fetch, "distrain", "jobs", method="DELETE"))[0] == 403
+    RecordingAuthorizer.read_only = False
+    assert _json(await jp_fetch("distrain", "jobs", method="DELETE"))["removed"] == [finished[1].id]
+    assert running.state == "running"
+    running.stop()
 
 
 def test_pip_install_enables_the_server_extension():

@@ -6,6 +6,7 @@ The ``%%distributed`` magic is a thin layer over :func:`submit`.
 from __future__ import annotations
 
 import dataclasses
+import logging
 import os
 import subprocess
 import sys
@@ -13,6 +14,7 @@ import threading
 from collections.abc import Mapping
 from typing import Any
 
+from ..contract import retention
 from ..contract.cellcheck import check_syntax
 from ..contract.spec import JobSpec, SpecError
 from ..contract.store import JobDir
@@ -20,6 +22,8 @@ from ..frameworks import resolve_keras
 from ..plugins import BACKENDS, LAUNCHERS, load_plugin
 from .follow import follow
 from .job import Job
+
+log = logging.getLogger(__name__)
 
 # --backend auto without --ps: the first of these that can run here
 BACKEND_PREFERENCE = ("horovod", "tf")
@@ -85,6 +89,10 @@ def submit(spec: JobSpec, namespace: Mapping[str, Any] | None = None) -> Job:
     if pushed is not None:
         job_dir.write_pushed(pushed)
     start_supervisor(job_dir)
+    try:
+        retention.apply()
+    except OSError as exc:  # the store stays as it was; the job runs
+        log.warning("retention: %s", exc)
     notes = ([keras_note] if keras_note else []) + launcher.notes(resolved)
     return Job(job_dir, backend_reason=reason, notes=notes)
 

@@ -11,6 +11,7 @@ from IPython.core.error import UsageError
 from IPython.core.magic import Magics, line_cell_magic, magics_class
 from IPython.core.magic_arguments import MagicArgumentParser, magic_arguments, parse_argstring
 
+from ..contract import retention
 from ..contract.cellcheck import elastic_warnings, undefined_names
 from ..contract.process import ProcessId
 from ..contract.spec import JobSpec, SpecError
@@ -58,6 +59,12 @@ def _line_parser() -> MagicArgumentParser:
     scale = sub.add_parser("scale", help="restart a job with N workers, from its checkpoint")
     scale.add_argument("job")
     scale.add_argument("workers", type=int)
+    clean = sub.add_parser("clean", help="remove finished jobs (never a running one)")
+    clean.add_argument("jobs", nargs="*", help="these jobs only (default: every finished job)")
+    clean.add_argument("--keep", type=int, default=0, help="keep the newest N finished jobs")
+    clean.add_argument(
+        "--older-than", type=float, default=None, metavar="DAYS", help="only jobs ended before"
+    )
     logs = sub.add_parser("logs", help="print a job's logs")
     logs.add_argument("job")
     logs.add_argument("--rank", type=int, default=None, help="only this rank's log")
@@ -76,6 +83,19 @@ def _bench(args: Any) -> list[bench.BenchRow]:
 
     display(SVG(bench.chart_svg(rows)))
     return rows
+
+
+def _clean(args: Any) -> None:
+    if args.keep < 0 or (args.older_than is not None and args.older_than < 0):
+        raise UsageError("%distributed clean: --keep and --older-than take numbers >= 0")
+    try:
+        removed = retention.clean(args.jobs, args.keep, args.older_than)
+    except (KeyError, ValueError) as exc:
+        raise UsageError(f"%distributed clean: {exc.args[0]}") from None
+    if removed:
+        print(f"removed {len(removed)} finished job(s): {', '.join(removed)}")
+    else:
+        print("no finished job to remove")
 
 
 def _print_pools(clear: bool) -> None:
@@ -182,7 +202,7 @@ class DistributedMagics(Magics):
         if args.command is None:
             raise UsageError(
                 "%distributed needs a command: "
-                "list, status, logs, stop, scale, attach, pool or bench"
+                "list, status, logs, stop, scale, attach, clean, pool or bench"
             )
         if args.command == "list":
             jobs = Job.list()
@@ -193,6 +213,9 @@ class DistributedMagics(Magics):
             return None
         if args.command == "bench":
             return _bench(args)
+        if args.command == "clean":
+            _clean(args)
+            return None
         try:
             job = Job.attach(args.job)
         except KeyError as exc:

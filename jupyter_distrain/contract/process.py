@@ -88,6 +88,9 @@ class Env:
     POOL_SIZE = "JUPYTER_DISTRAIN_POOL_SIZE"  # idle processes per pool, at most
     POOL_IDLE = "JUPYTER_DISTRAIN_POOL_IDLE"  # seconds a pool stays unused before it ends
     POOL_MEMORY = "JUPYTER_DISTRAIN_POOL_MEMORY"  # GiB all idle processes of a pool may hold
+    # the job store's retention rule (user settings; "inf" keeps everything)
+    KEEP_JOBS = "JUPYTER_DISTRAIN_KEEP_JOBS"  # finished jobs kept, newest first (200)
+    KEEP_DAYS = "JUPYTER_DISTRAIN_KEEP_DAYS"  # days a finished job is kept (30)
 
 
 class Mode:

@@ -23,6 +23,7 @@ from tornado import web
 from tornado.ioloop import IOLoop
 
 from ..client.job import Job
+from ..contract import retention
 from ..contract.process import ProcessId
 from ..contract.store import FINAL_STATES, JOB_ID_RE, JobDir, find_job_dir, list_job_dirs
 from ..contract.tail import LineReader, last_lines
@@ -116,7 +117,8 @@ class DistrainHandler(APIHandler):
 
 
 class JobsHandler(DistrainHandler):
-    """``GET /distrain/jobs``: every job, newest first."""
+    """``GET /distrain/jobs``: every job, newest first; ``DELETE`` removes finished jobs
+    (every one, or past the newest ``keep``; never a running one) and answers the ids."""
 
     cache = ModelCache()
 
@@ -126,6 +128,13 @@ class JobsHandler(DistrainHandler):
         jobs = self.cache.models(list_job_dirs())
         jobs.sort(key=lambda j: j["created"] or 0, reverse=True)
         self.finish(json.dumps({"jobs": jobs}))
+
+    @web.authenticated
+    @authorized
+    async def delete(self) -> None:
+        keep = _int_argument(self, "keep", 0, 0, 2**31)
+        removed = await IOLoop.current().run_in_executor(None, lambda: retention.clean(keep=keep))
+        self.finish(json.dumps({"removed": removed}))
 
 
 class JobHandler(DistrainHandler):
