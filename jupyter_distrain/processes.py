@@ -102,12 +102,13 @@ def signal_tree(process: psutil.Process, sig: int) -> None:
             member.send_signal(sig)
 
 
-def kill_tree(pid: int, create_time: float) -> None:
+def kill_tree(pid: int | None, create_time: float | None) -> bool:
     """SIGKILL the process ``pid`` (if it is still the one started at ``create_time``),
-    its process group and everything below it."""
+    its process group and everything below it; whether it was still there."""
     process = same_process(pid, create_time)
     if process is not None:
         signal_tree(process, signal.SIGKILL)
+    return process is not None
 
 
 def kill_same(processes: dict[int, float]) -> list[int]:

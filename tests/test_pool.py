@@ -11,7 +11,7 @@ import signal
 import psutil
 import pytest
 
-from jupyter_distrain import JobSpec, submit
+from jupyter_distrain import JobFailed, JobSpec, submit
 from jupyter_distrain.client.magics import _print_pools
 from jupyter_distrain.contract.process import ProcessId
 from jupyter_distrain.pool import client, kinds
@@ -122,6 +122,47 @@ def test_stopping_a_job_and_losing_its_supervisor_leave_no_pooled_process(pool_o
     pids = [p.pid for p in job.status().processes]
     _supervisor_of(job).send_signal(signal.SIGKILL)
     gone, alive = psutil.wait_procs([psutil.Process(pid) for pid in pids], timeout=15)
+    assert alive == []
+    assert poll_until(lambda: job.status().state == "failed", 15)
+
+
+GATED = """\
+import os, sys, time
+gate = {gate!r}
+print("up", flush=True)
+while not os.path.exists(gate):
+    time.sleep(0.1)
+sys.exit(3 if os.environ["JUPYTER_DISTRAIN_INDEX"] == "1" else 0)
+"""
+
+
+def _pooled_job_with_its_keeper_killed(gate: str):
+    """A running job of 2 pooled processes whose pool keeper was then SIGKILLed."""
+    _run(PROBE)
+    keeper = psutil.Process(_ready_pool().keeper)
+    job = submit(JobSpec(code=GATED.format(gate=gate), workers=2, backend="tf"))
+    assert poll_until(lambda: job.status().state == "running", 60)
+    assert [p.pooled for p in job.status().processes] == [True, True]
+    keeper.kill()
+    keeper.wait(10)
+    return job
+
+
+def test_a_pooled_rank_failing_after_its_keeper_is_killed_fails_the_job(pool_on, tmp_path):
+    gate = tmp_path / "gate"
+    job = _pooled_job_with_its_keeper_killed(str(gate))
+    gate.touch()
+    with pytest.raises(JobFailed, match="exit code 3"):
+        job.wait(timeout=60)
+    codes = {str(p.id): p.exit_code for p in job.status().processes}
+    assert codes["worker-1"] == 3, codes  # its own code (its bye), not the lost keeper's
+
+
+def test_losing_the_keeper_then_the_supervisor_leaves_no_process_of_the_job(pool_on, tmp_path):
+    job = _pooled_job_with_its_keeper_killed(str(tmp_path / "never"))
+    procs = [psutil.Process(p.pid) for p in job.status().processes]
+    _supervisor_of(job).kill()
+    gone, alive = psutil.wait_procs(procs, timeout=15)
     assert alive == []
     assert poll_until(lambda: job.status().state == "failed", 15)
 

@@ -36,6 +36,8 @@ log = logging.getLogger(__name__)
 
 CONNECT_SECONDS = 2.0
 CLAIM_SECONDS = 15.0  # the keeper waits up to 10 s for the pooled process itself
+BYE_GRACE_SECONDS = 2.0  # a pooled process whose keeper is gone: its bye comes within this
+EXIT_LOST = 255  # it ended with no keeper to report its code, and without a bye
 
 
 def pools_dir(root: Path | None = None, create: bool = False) -> Path:
@@ -77,8 +79,9 @@ def ensure(kind: str, environ: dict[str, str]) -> str:
 
 class PooledProcess(AdoptedProcess):
     """A pooled process a job took. Its parent is the keeper, which sends its exit code
-    on the claim's connection; that connection closing first (a lost keeper) leaves only
-    alive-or-not, as for an adopted process (its bye carries its code)."""
+    on the claim's connection. That connection closing first (a lost keeper) leaves only
+    alive-or-not: its code is then what its bye says (the supervisor takes a pooled
+    process's bye), and one that ends without a bye ends with ``EXIT_LOST``, never 0."""
 
     def __init__(self, pid: int, create_time: float, connection: socket.socket):
         process = same_process(pid, create_time)
@@ -88,12 +91,13 @@ class PooledProcess(AdoptedProcess):
         self.pooled = True
         self._connection: socket.socket | None = connection
         self._code: int | None = None
+        self._ended_at: float | None = None  # when it was seen gone, its keeper gone first
         self._lock = threading.Lock()
 
     def poll(self) -> int | None:
         with self._lock:
             if self._code is not None or self._connection is None:
-                return self._code if self._code is not None else super().poll()
+                return self._code if self._code is not None else self._without_keeper()
             readable, _, _ = select.select([self._connection], [], [], 0)
             if readable:
                 try:
@@ -104,8 +108,18 @@ class PooledProcess(AdoptedProcess):
                     self._code = body["exit"]
                 self._connection.close()
                 self._connection = None
-                return self._code if self._code is not None else super().poll()
+                return self._code if self._code is not None else self._without_keeper()
             return None
+
+    def _without_keeper(self) -> int | None:
+        """Ended with no keeper to say how: ``EXIT_LOST`` once its bye had time to come
+        (it is sent before the process exits; the supervisor records it first)."""
+        if super().poll() is None:
+            return None
+        now = time.monotonic()
+        if self._ended_at is None:
+            self._ended_at = now
+        return EXIT_LOST if now - self._ended_at >= BYE_GRACE_SECONDS else None
 
     def wait(self) -> int:
         while (code := self.poll()) is None:

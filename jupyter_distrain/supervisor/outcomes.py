@@ -51,9 +51,10 @@ class ProcessEvents:
             sup.save()
 
     def on_bye(self, body: dict[str, Any]) -> None:
-        """A member a helper started reports its exit code (ours report through wait())."""
+        """A member a helper started reports its exit code (ours report through wait()),
+        and so does a pooled one: its parent is the keeper, which may be gone."""
         entry = self.supervisor.table.entry(ProcessId.of(body))
-        if entry is None or entry.launched or entry.handle is None:
+        if entry is None or entry.handle is None or entry.launched and not entry.handle.pooled:
             return
         if entry.handle.pid != body.get("pid") or not isinstance(body.get("code"), int):
             return

@@ -5,7 +5,9 @@ The process ``api.submit`` starts forks at once: the child is the supervisor,
 the parent becomes this warden. The warden is a child subreaper, so when the
 supervisor dies every process of the job it leaves behind (an MPI rank whose
 mpirun died with the supervisor, a grandchild that ``setsid``-ed) becomes the
-warden's child; the warden kills them all, marks the job failed ("the
+warden's child; the warden kills them all, and the job's pooled processes (children
+of the pool's keeper, not ours: found by pid and start time in the job's state), marks
+the job failed ("the
 supervisor was lost") with every live row killed, and exits. It holds no
 socket, no lock and no thread: a few MiB of a freshly started interpreter.
 """
@@ -18,8 +20,8 @@ import os
 import signal
 import time
 
-from ..contract.store import JobDir
-from ..processes import kill_descendants, reap_zombies
+from ..contract.store import JobDir, JobStatus
+from ..processes import kill_descendants, kill_tree, reap_zombies
 
 log = logging.getLogger(__name__)
 
@@ -34,6 +36,7 @@ def watch(job: JobDir, supervisor: int) -> int:
     code = os.waitstatus_to_exitcode(wait_status)
     killed = sweep()
     status = job.read_state()
+    killed += kill_pooled(status)
     if status.done:
         return 0
     how = f"killed by signal {-code}" if code < 0 else f"exit code {code}"
@@ -45,6 +48,13 @@ def watch(job: JobDir, supervisor: int) -> int:
     except OSError as exc:  # a full disk, say: Job.status() still says the supervisor died
         log.error("cannot record the loss: %s", exc)
     return 1
+
+
+def kill_pooled(status: JobStatus) -> list[int]:
+    """Kill the job's pooled processes that still run (their keeper may be gone too);
+    the pids killed."""
+    rows = [row for row in status.processes if row.pooled]
+    return [row.pid for row in rows if row.pid and kill_tree(row.pid, row.create_time)]
 
 
 def _forward(pid: int, number: int) -> None:
