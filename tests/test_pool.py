@@ -7,6 +7,9 @@ from __future__ import annotations
 import json
 import os
 import signal
+import subprocess
+import sys
+import time
 
 import psutil
 import pytest
@@ -222,6 +225,27 @@ def test_horovod_is_initialised_for_the_job_in_pooled_processes(pool_on):
     # tf.functions (allreduce_grads, broadcast_group) are still traced unconverted
     for rank in (0, 1):
         assert f"SIZE 2 {rank} CONVERTED []" in job.logs(ProcessId("worker", rank))
+
+
+def test_a_keeper_that_cannot_write_its_state_keeps_serving(jobs_root):
+    directory = client.pools_dir(jobs_root, create=True) / "tensorflow-unwritable"
+    directory.mkdir(mode=0o700)
+    (directory / "state.json").mkdir()  # every write of the state fails, as on a full disk
+    keeper = subprocess.Popen(
+        [sys.executable, "-m", "jupyter_distrain.pool.keeper", str(directory), "tensorflow"]
+    )
+    try:
+        socket_path = str(directory / "keeper.sock")
+        assert poll_until(lambda: os.path.exists(socket_path), 30)
+        want = {"op": "want", "count": 0, "env": {}, "per_job": []}
+        assert client._ask(socket_path, want) == {"ok": True}
+        time.sleep(1)  # a turn of the loop, which writes the state
+        assert keeper.poll() is None
+        assert client._ask(socket_path, want) == {"ok": True}
+        assert "state.json" in (directory / "keeper.log").read_text()  # said why, once a turn
+    finally:
+        keeper.terminate()
+        keeper.wait(10)
 
 
 def test_import_environment_ignores_per_job_names_only():

@@ -33,6 +33,7 @@ import signal
 import socket
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -87,21 +88,31 @@ class Keeper:
         log.info("keeper of %s pool %s, pid %d", self.kind, self.dir.name, os.getpid())
         while self.claims.claimed or self.stock.idle or not self._unused():
             for key, _ in self.selector.select(TICK_SECONDS):
-                key.data(key.fileobj)
+                self._step(key.data, key.fileobj)
             self._reap()
             self.claims.serve()
             if self._unused():
                 self.stock.drain(f"unused for {self.settings.idle_seconds:g} s")
-            self.stock.refill()
-            self._save()
+            self._step(self.stock.refill)
+            self._step(self._save)
         log.info("keeper exits: the pool is empty and unused")
+
+    def _step(self, action: Callable[..., None], *args: Any) -> None:
+        """One step of the loop; an ``OSError`` (a full disk writing the state, EAGAIN
+        from fork, EMFILE in accept) is logged and the loop goes on: the jobs holding
+        pooled processes need the keeper for their exit codes."""
+        try:
+            action(*args)
+        except OSError as exc:
+            log.warning("%s failed: %s", getattr(action, "__name__", "a step"), exc)
 
     def close(self) -> None:
         """End the idle processes and remove the socket and the state."""
         self.stock.drain("the keeper ends")  # claimed processes are their jobs' now
         self.listener.close()
-        (self.dir / "keeper.sock").unlink(missing_ok=True)
-        (self.dir / "state.json").unlink(missing_ok=True)
+        with contextlib.suppress(OSError):
+            (self.dir / "keeper.sock").unlink(missing_ok=True)
+            (self.dir / "state.json").unlink(missing_ok=True)
 
     def _woken(self, fd: int) -> None:
         with contextlib.suppress(BlockingIOError):
