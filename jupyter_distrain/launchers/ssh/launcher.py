@@ -38,11 +38,12 @@ from ...contract.cellcheck import uses_horovod_elastic
 from ...contract.process import HOST_PLACEHOLDER, Env, ProcessId
 from ...contract.spec import JobSpec, SpecError
 from ...contract.store import runtime_dir
+from ...processes import die_with_parent
 from ..agent.client import HANG_UP_SECONDS, AgentClient, job_files_archive
 from ..agent.delivery import Delivery, PipeStream, Received, result_slots
 from ..base import LaunchedProcess, Launcher, LauncherOption, ProcessSpec, Slot, in_range, matching
+from ..handles import LocalProcess
 from ..limits import thread_env
-from ..local import LocalProcess, die_with_parent
 from .hosts import parse_hosts
 from .session import RemoteError, SshOptions, explain, on_each
 
