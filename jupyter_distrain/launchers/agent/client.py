@@ -20,7 +20,7 @@ import threading
 from pathlib import Path
 from typing import IO, Any
 
-from .host import CARRIED, COPIED, MARK
+from .host import CARRIED, COPIED, KILL, MARK, PING, SIGNAL
 
 EXIT_LOST = 255  # the agent ended without reporting an exit code (ssh's own failure code)
 HANG_UP_SECONDS = 5.0  # for an agent to end once its stdin is closed
@@ -82,7 +82,7 @@ class AgentClient:
 
     def _ping(self) -> None:
         while self._reader.is_alive() and not self._hung_up.wait(PING_SECONDS):
-            self.send("ping")
+            self.send(PING)
 
     def send(self, line: str) -> None:
         """One command line for the agent; ignored once the link is gone."""
@@ -92,11 +92,11 @@ class AgentClient:
 
     def signal(self, sig: int, tree: bool) -> None:
         """``run``: send ``sig`` to the agent's process (and its tree, with ``tree``)."""
-        self.send(f"signal {int(sig)} {int(tree)}")
+        self.send(f"{SIGNAL} {int(sig)} {int(tree)}")
 
     def kill(self, pid: int, sig: int) -> None:
         """``guard``: send ``sig`` to the job's process ``pid`` on the agent's host."""
-        self.send(f"kill {int(pid)} {int(sig)}")
+        self.send(f"{KILL} {int(pid)} {int(sig)}")
 
     def wait_started(self, seconds: float) -> bool:
         """Whether the agent reported its process's pid within ``seconds``."""

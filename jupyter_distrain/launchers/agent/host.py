@@ -42,6 +42,9 @@ from typing import IO, Any
 from ... import processes
 
 MARK = "\x1ejupyter_distrain "  # starts every line the agent writes to stderr
+# The command lines the launcher sends on stdin (:class:`.client.AgentClient`): ``ping``
+# (any line counts as one), ``signal SIG TREE`` (``run``), ``kill PID SIG`` (``guard``).
+PING, SIGNAL, KILL = "ping", "signal", "kill"
 HEARTBEAT_TIMEOUT = 10.0  # seconds without a ping before the agent kills its process
 REPORT_SECONDS = 2.0  # how often memory is reported
 SOCKET_WAIT = 10.0  # seconds to wait for ssh's forwarded sockets to appear
@@ -282,7 +285,7 @@ def _serve(process: subprocess.Popen[bytes], commands: CommandReader) -> int:
     while code is None:
         for line in commands.lines():
             words = line.split()
-            if words[:1] == [b"signal"] and len(words) == 3:
+            if words[:1] == [SIGNAL.encode()] and len(words) == 3:
                 _signal(process, int(words[1]), words[2] == b"1")
         if commands.closed:  # the connection or the launcher is gone
             _kill_all(process)
@@ -319,7 +322,7 @@ def guard(directory: Path) -> int:
             heard = time.monotonic()
         for line in commands.lines():
             words = line.split()
-            if words[:1] == [b"kill"] and len(words) == 3:
+            if words[:1] == [KILL.encode()] and len(words) == 3:
                 signal_job_process(directory, int(words[1]), int(words[2]))
         starters.update(_starters_of(directory))
     killed = kill_job_processes(directory) + processes.kill_same(starters)
