@@ -10,12 +10,21 @@ LEGACY_KERAS_FROM = (2, 16)  # from here on tf.keras is Keras 3 unless TF_USE_LE
 HOROVOD_BUILDS_UP_TO = (2, 18)  # Horovod 0.28.1, its last release, fails to build after
 
 
+def installed_version(*distributions: str) -> str | None:
+    """The version string of the first of these distributions that is installed."""
+    for name in distributions:
+        try:
+            return importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            continue
+    return None
+
+
 def version_of(*distributions: str) -> tuple[int, int] | None:
     """(major, minor) of the first of these distributions that is installed."""
     for name in distributions:
-        try:
-            text = importlib.metadata.version(name)
-        except importlib.metadata.PackageNotFoundError:
+        text = installed_version(name)
+        if text is None:
             continue
         major, _, rest = text.partition(".")
         minor = rest.split(".")[0]
@@ -24,8 +33,11 @@ def version_of(*distributions: str) -> tuple[int, int] | None:
     return None
 
 
+TENSORFLOW_DISTRIBUTIONS = ("tensorflow-cpu", "tensorflow", "tensorflow-gpu", "tf-nightly")
+
+
 def tensorflow_version() -> tuple[int, int] | None:
-    return version_of("tensorflow-cpu", "tensorflow", "tensorflow-gpu", "tf-nightly")
+    return version_of(*TENSORFLOW_DISTRIBUTIONS)
 
 
 def horovod_missing_reason() -> str:

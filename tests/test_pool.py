@@ -4,12 +4,14 @@ a lost supervisor take them down, an unused pool ends, ``--no-pool`` starts cold
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import psutil
 import pytest
@@ -17,7 +19,8 @@ import pytest
 from jupyter_distrain import JobFailed, JobSpec, submit
 from jupyter_distrain.client.magics import _print_pools
 from jupyter_distrain.contract.process import ProcessId
-from jupyter_distrain.pool import client, kinds
+from jupyter_distrain.launchers.local import LocalLauncher
+from jupyter_distrain.pool import client, kinds, wire
 from jupyter_distrain.timing import poll_until
 
 PROBE = """\
@@ -228,25 +231,140 @@ def test_horovod_is_initialised_for_the_job_in_pooled_processes(pool_on):
         assert f"SIZE 2 {rank} CONVERTED []" in job.logs(ProcessId("worker", rank))
 
 
-def test_a_keeper_that_cannot_write_its_state_keeps_serving(jobs_root):
-    directory = client.pools_dir(jobs_root, create=True) / "tensorflow-unwritable"
-    directory.mkdir(mode=0o700)
-    (directory / "state.json").mkdir()  # every write of the state fails, as on a full disk
+@contextlib.contextmanager
+def _keeper(directory: Path, **settings: str):
+    """A keeper of a tensorflow pool in ``directory`` (made if need be), started as the
+    notebook starts one, with these pool settings in its environment; ended after."""
+    directory.mkdir(mode=0o700, exist_ok=True)
     keeper = subprocess.Popen(
-        [sys.executable, "-m", "jupyter_distrain.pool.keeper", str(directory), "tensorflow"]
+        [sys.executable, "-m", "jupyter_distrain.pool.keeper", str(directory), "tensorflow"],
+        env={**os.environ, **settings},
     )
     try:
         socket_path = str(directory / "keeper.sock")
         assert poll_until(lambda: os.path.exists(socket_path), 30)
+        yield keeper, socket_path
+    finally:
+        keeper.terminate()
+        keeper.wait(15)
+
+
+def _state(directory: Path) -> dict:
+    with contextlib.suppress(OSError, ValueError):
+        return json.loads((directory / "state.json").read_text())
+    return {}
+
+
+def _want(socket_path: str, count: int) -> None:
+    """Ask for ``count`` idle processes imported with this process's environment."""
+    env = kinds.import_env(os.environ)
+    assert client._ask(socket_path, {"op": "want", "count": count, "env": env}) == {"ok": True}
+
+
+def test_a_keeper_that_cannot_write_its_state_keeps_serving(jobs_root):
+    directory = client.pools_dir(jobs_root, create=True) / "tensorflow-unwritable"
+    directory.mkdir(mode=0o700)
+    (directory / "state.json").mkdir()  # every write of the state fails, as on a full disk
+    with _keeper(directory) as (keeper, socket_path):
         want = {"op": "want", "count": 0, "env": {}, "per_job": []}
         assert client._ask(socket_path, want) == {"ok": True}
         time.sleep(1)  # a turn of the loop, which writes the state
         assert keeper.poll() is None
         assert client._ask(socket_path, want) == {"ok": True}
         assert "state.json" in (directory / "keeper.log").read_text()  # said why, once a turn
+
+
+def test_the_memory_bound_counts_processes_still_importing(jobs_root):
+    # 1 GiB: two processes at the estimate for one still importing (512 MiB), and two
+    # of TensorFlow's ~400 MiB once ready; not the four wanted, started all at once
+    directory = client.pools_dir(jobs_root, create=True) / "tensorflow-memory"
+    with _keeper(directory, JUPYTER_DISTRAIN_POOL_MEMORY="1") as (keeper, socket_path):
+        _want(socket_path, 4)
+        seen = []
+
+        def two_ready() -> bool:
+            idle = _state(directory).get("idle", [])
+            seen.append(len(idle))
+            return len(idle) == 2 and all(row["ready"] for row in idle)
+
+        assert poll_until(two_ready, 120, 0.1), seen
+        time.sleep(2)  # a refill after they got ready starts none either
+        two_ready()
+        assert max(seen) == 2 and seen[-1] == 2, seen
+
+
+def test_a_claim_that_cannot_enter_the_jobs_namespace_turns_the_pool_off(jobs_root):
+    # the pool for this kind and interpreter, as ensure() would find it
+    directory = client.pools_dir(jobs_root, create=True) / kinds.pool_name("tensorflow")
+    with _keeper(directory) as (keeper, socket_path):
+        _want(socket_path, 1)
+        assert poll_until(lambda: [r for r in _state(directory).get("idle", []) if r["ready"]], 120)
+        pooled = _state(directory)["idle"][0]["pid"]
+        request = {
+            "op": "claim",
+            "argv": [sys.executable, "-m", "jupyter_distrain.worker"],
+            "env": dict(os.environ),
+            "log": str(jobs_root / "claim.log"),
+            "cwd": str(jobs_root),
+        }
+        # a namespace it cannot join, as a non-root process cannot join a job's
+        not_a_network = os.open("/proc/self/ns/uts", os.O_RDONLY)
+        with wire.connect(socket_path, 15) as connection:
+            wire.send(connection, request, [not_a_network])
+            answer, _ = wire.receive(connection)
+        os.close(not_a_network)
+        assert "cannot join the job's network namespace" in answer["empty"]
+        # not kept for the next claim to fail the same way: off, once, and the keeper ends
+        assert keeper.wait(30) == 0
+        assert not psutil.pid_exists(pooled)
+        assert "network namespace" in (directory / "off").read_text()
+        assert (directory / "keeper.log").read_text().count("the pool is off") == 1
+    assert client.ensure("tensorflow", dict(os.environ)) is None
+    spec = JobSpec(code="pass", workers=2, backend="tf")
+    assert LocalLauncher.choose_pool(spec, {"JUPYTER_DISTRAIN_POOL": "1"}).pool_socket == ""
+
+
+def test_a_pool_that_ran_other_code_is_not_used_and_is_drained(pool_on):
+    _run(PROBE)
+    stale = _ready_pool()
+    # an edit of this package (an upgrade of TensorFlow changes the pool's name the same way)
+    edited = Path(kinds.__file__)
+    before = edited.stat()
+    newest = max(p.stat().st_mtime_ns for p in edited.parent.parent.rglob("*.py"))
+    os.utime(edited, ns=(before.st_atime_ns, newest + 10**9))
+    try:
+        assert kinds.pool_name("tensorflow") != stale.name
+        job = _run(PROBE)
     finally:
-        keeper.terminate()
-        keeper.wait(10)
+        os.utime(edited, ns=(before.st_atime_ns, before.st_mtime_ns))
+    assert [p.pooled for p in job.status().processes] == [False, False]
+    assert poll_until(lambda: not any(psutil.pid_exists(pid) for pid in stale.idle), 15)
+
+
+THREADS = """import json, os
+import numpy
+numpy.ones((600, 600)) @ numpy.ones((600, 600))  # OpenBLAS runs its threads
+tasks = {}
+for tid in os.listdir("/proc/self/task"):
+    net = os.readlink(f"/proc/self/task/{tid}/ns/net")
+    tasks[tid] = [net, sorted(os.sched_getaffinity(int(tid)))]
+print("TASKS " + json.dumps({"main": tasks[str(os.getpid())], "all": tasks}), flush=True)
+"""
+
+
+def test_every_thread_of_a_pooled_rank_is_in_the_jobs_namespace_and_cpus(pool_on):
+    # OpenBLAS starts a thread pool when numpy (and scipy) load, during the pre-import
+    fields = {"cpu": 1.0, "env": {"OPENBLAS_NUM_THREADS": "2"}}
+    _run(THREADS, **fields)
+    _ready_pool()
+    job = _run(THREADS, **fields)
+    assert [p.pooled for p in job.status().processes] == [True, True]
+    for index in range(2):
+        line = next(x for x in job.logs(ProcessId("worker", index)).splitlines() if "TASKS " in x)
+        tasks = json.loads(line.split("TASKS ", 1)[1])
+        assert len(tasks["all"]) > 1  # BLAS threads, started again from the job's thread
+        for tid, (net, cpus) in tasks["all"].items():
+            assert [net, cpus] == tasks["main"], (tid, tasks)
 
 
 def test_import_environment_ignores_per_job_names_only():

@@ -106,6 +106,8 @@ class LocalLauncher(Launcher):
         except OSError as exc:
             log.warning("no warm pool: %s", exc)
             return spec
+        if socket_path is None:
+            return spec  # that pool is off here (its keeper said why, once)
         return dataclasses.replace(spec, pool_socket=socket_path)
 
     @classmethod

@@ -55,6 +55,8 @@ class Claims:
             return "the job's interpreter is not the pool's"
         if not isinstance(env, dict) or not isinstance(body.get("log"), str):
             return "a malformed claim"
+        if self.stock.off:
+            return f"the pool is off: {self.stock.off}"
         if self.stock.env is None:
             return "the pool is empty"
         per_job = set(body.get("per_job") or [])
@@ -122,6 +124,8 @@ class Claims:
             why = (answer or {}).get("error") or "it ended"
             log.warning("pooled pid %d could not take the job: %s", pooled.pid, why)
             signal_tree(psutil.Process(pooled.pid), signal.SIGKILL)
+            if (answer or {}).get("off"):  # as it would be at every claim: no more pool
+                self.stock.turn_off(why)
             self.refuse(claim.client, f"the pooled process could not take the job: {why}")
             return
         # refilled when the job ends (want), not now: importing beside a training job

@@ -30,7 +30,8 @@ from ..contract.store import MAX_SOCKET_PATH, check_private, jobs_root
 from ..launchers.handles import ADOPTED_POLL_SECONDS, AdoptedProcess
 from ..processes import same_process
 from . import wire
-from .kinds import pool_name
+from .kinds import pool_name, pool_prefix
+from .stock import OFF_FILE
 
 log = logging.getLogger(__name__)
 
@@ -48,13 +49,20 @@ def pools_dir(root: Path | None = None, create: bool = False) -> Path:
     return path
 
 
-def ensure(kind: str, environ: dict[str, str]) -> str:
-    """The socket of the pool for ``kind`` and this interpreter, starting its keeper
-    (detached, with ``environ``'s pool settings) if none runs. Raises ``OSError``
-    when the pool cannot live here (an unsafe or too deep directory)."""
-    directory = pools_dir(create=True) / pool_name(kind)
+def ensure(kind: str, environ: dict[str, str]) -> str | None:
+    """The socket of the pool for ``kind``, this interpreter and the installed code,
+    starting its keeper (detached, with ``environ``'s pool settings) if none runs; None
+    when that pool was turned off (it could not serve jobs here). Pools of the same kind
+    and interpreter that ran other code are drained. Raises ``OSError`` when the pool
+    cannot live here (an unsafe or too deep directory)."""
+    name = pool_name(kind)
+    base = pools_dir(create=True)
+    directory = base / name
     directory.mkdir(mode=0o700, exist_ok=True)
     check_private(directory, "the pool directory")
+    if (directory / OFF_FILE).exists():
+        return None
+    _drain_stale(base, pool_prefix(kind), name)
     path = directory / "keeper.sock"
     if len(str(path)) > MAX_SOCKET_PATH:
         raise OSError(f"the pool's socket path is too long: {path}")
@@ -75,6 +83,16 @@ def ensure(kind: str, environ: dict[str, str]) -> str:
         )
     threading.Thread(target=keeper.wait, daemon=True).start()  # no zombie in the kernel
     return str(path)
+
+
+def _drain_stale(base: Path, prefix: str, current: str) -> None:
+    """Drain the pools named ``prefix...`` but ``current``: their processes imported
+    code that is no longer installed."""
+    for stale in base.glob(prefix + "*/keeper.sock"):
+        if stale.parent.name != current:
+            with contextlib.suppress(OSError, ValueError):
+                _ask(str(stale), {"op": "drain"})
+                log.info("drained the stale pool %s", stale.parent.name)
 
 
 class PooledProcess(AdoptedProcess):

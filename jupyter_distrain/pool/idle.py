@@ -5,6 +5,13 @@ pair whose other half the keeper holds) and waits. Closed: it exits. Claimed: it
 the job's network namespace, environment, working directory, CPUs and log, answers,
 and from then on is the job's worker, exactly as ``python -m jupyter_distrain.worker``
 would be: it runs one job and exits. While idle it dies with its keeper.
+
+It waits with one thread only: ``setns`` and ``sched_setaffinity`` move the calling
+thread, so a thread started while importing would stay in the keeper's network
+namespace, on every CPU. OpenBLAS (numpy's and scipy's) starts its thread pool when
+loaded: it is stopped after the imports and starts again at the job's first BLAS call,
+from the job's thread, in the job's namespace and CPUs. A kind whose imports leave any
+other thread running is not pooled (its processes say so and the pool turns off).
 """
 
 from __future__ import annotations
@@ -14,6 +21,7 @@ import importlib
 import os
 import socket
 import sys
+import threading
 from typing import Any
 
 from ..processes import die_with_parent, outlive_parent
@@ -25,12 +33,6 @@ CLONE_NEWNET = 0x40000000
 
 def _libc() -> ctypes.CDLL:
     return ctypes.CDLL(None, use_errno=True)
-
-
-def _check(result: int, what: str) -> None:
-    if result != 0:
-        errno = ctypes.get_errno()
-        raise OSError(errno, f"{what}: {os.strerror(errno)}")
 
 
 def preimport(kind: str) -> dict[str, str]:
@@ -46,11 +48,40 @@ def preimport(kind: str) -> dict[str, str]:
     return {k: v for k, v in os.environ.items() if before.get(k) != v}
 
 
+def stop_blas_threads() -> None:
+    """Stop the thread pools of the OpenBLAS libraries loaded (each starts its pool again
+    at its next threaded call, from the calling thread)."""
+    with open("/proc/self/maps") as maps:
+        paths = {line.split()[-1] for line in maps if "openblas" in line.rsplit("/", 1)[-1]}
+    for path in sorted(paths):
+        try:
+            library = ctypes.CDLL(path, mode=os.RTLD_NOLOAD | os.RTLD_LAZY)
+            shutdown = library.blas_thread_shutdown_
+        except (OSError, AttributeError):
+            continue
+        shutdown()
+
+
+def other_threads() -> list[int]:
+    """The ids of this process's threads but the calling one."""
+    me = threading.get_native_id()
+    return sorted(int(tid) for tid in os.listdir("/proc/self/task") if int(tid) != me)
+
+
+class CannotEnter(OSError):
+    """The job's namespace cannot be entered: as it would be at every claim."""
+
+
 def enter_network(fd: int) -> None:
-    """Join the job's network namespace (the supervisor's), unless already in it."""
-    ours = os.stat("/proc/self/ns/net").st_ino
-    if os.fstat(fd).st_ino != ours:
-        _check(_libc().setns(fd, CLONE_NEWNET), "cannot join the job's network namespace")
+    """Join the job's network namespace (the supervisor's), unless already in it; every
+    thread must end up in it."""
+    job = os.fstat(fd).st_ino
+    if job != os.stat("/proc/self/ns/net").st_ino and _libc().setns(fd, CLONE_NEWNET) != 0:
+        errno = ctypes.get_errno()
+        raise CannotEnter(errno, f"cannot join the job's network namespace: {os.strerror(errno)}")
+    outside = [t for t in other_threads() if os.stat(f"/proc/self/task/{t}/ns/net").st_ino != job]
+    if outside:
+        raise CannotEnter(f"threads {outside} are outside the job's network namespace")
 
 
 def become(claim: dict[str, Any], fds: list[int], imported_env: dict[str, str]) -> None:
@@ -75,11 +106,20 @@ def become(claim: dict[str, Any], fds: list[int], imported_env: dict[str, str]) 
     os.chdir(cwd)
     sys.path[0] = cwd  # what ``python -m`` puts first
     if claim.get("cpus"):
-        os.sched_setaffinity(0, claim["cpus"])
+        for tid in [0, *other_threads()]:
+            os.sched_setaffinity(tid, claim["cpus"])
     argv = claim["argv"]
     worker_main = sys.modules["jupyter_distrain.worker.__main__"]
     sys.modules["__main__"] = worker_main  # as under ``python -m jupyter_distrain.worker``
     sys.argv = [worker_main.__file__ or "", *argv[3:]]
+
+
+def _thread_name(tid: int) -> str:
+    try:
+        with open(f"/proc/self/task/{tid}/comm") as comm:
+            return comm.read().strip()
+    except OSError:
+        return str(tid)
 
 
 def main(argv: list[str]) -> int:
@@ -87,6 +127,11 @@ def main(argv: list[str]) -> int:
     die_with_parent()
     sock = socket.socket(fileno=fd)
     imported_env = preimport(kind)
+    stop_blas_threads()
+    if other_threads():
+        names = sorted({_thread_name(t) for t in other_threads()})
+        wire.send(sock, {"off": f"importing {kind} leaves threads running ({', '.join(names)})"})
+        return 0
     wire.send(sock, {"ready": True})
     try:
         claim, fds = wire.receive(sock)
@@ -96,6 +141,9 @@ def main(argv: list[str]) -> int:
         return 0  # the keeper let us go
     try:
         become(claim, fds, imported_env)
+    except CannotEnter as exc:
+        wire.send(sock, {"error": str(exc), "off": True})
+        return 3
     except (OSError, KeyError, TypeError) as exc:
         wire.send(sock, {"error": str(exc)})
         return 3

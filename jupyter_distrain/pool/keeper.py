@@ -43,7 +43,7 @@ from ..contract.store import write_atomic
 from ..processes import become_subreaper
 from . import wire
 from .claims import Claims
-from .kinds import PREIMPORTS
+from .kinds import PREIMPORTS, pool_name, pool_prefix
 from .orphans import reap_orphans
 from .settings import Settings
 from .stock import Stock, close_fds
@@ -93,7 +93,7 @@ class Keeper:
             self.claims.serve()
             if self._unused():
                 self.stock.drain(f"unused for {self.settings.idle_seconds:g} s")
-            self._step(self.stock.refill)
+            self._step(self._refill)
             self._step(self._save)
         log.info("keeper exits: the pool is empty and unused")
 
@@ -119,7 +119,22 @@ class Keeper:
             os.read(fd, 4096)
 
     def _unused(self) -> bool:
+        if self.stock.off:
+            return True
         return time.monotonic() - self.last_used > self.settings.idle_seconds
+
+    def _refill(self) -> None:
+        """Refill, unless this package or the kind's libraries changed since the keeper
+        started (its pool's name no longer matches what the kind runs): then the pool is
+        stale, and ends."""
+        if self.stock.target > len(self.stock.idle) and self._stale():
+            self.stock.turn_off("the installed code changed (a new pool takes its place)")
+            return
+        self.stock.refill()
+
+    def _stale(self) -> bool:
+        name = self.dir.name
+        return name.startswith(pool_prefix(self.kind)) and name != pool_name(self.kind)
 
     def _on_ready(self) -> None:
         self.claims.serve()
@@ -175,7 +190,7 @@ class Keeper:
             "target": self.stock.target,
             "size": self.settings.size,
             "idle_seconds": self.settings.idle_seconds,
-            "error": self.stock.error,
+            "error": self.stock.error or self.stock.off,
             "idle": self.stock.rows(),
             "claimed": self.claims.rows(),
         }

@@ -1,6 +1,9 @@
 """Which jobs a pool serves, and the part of the environment that must match.
 
-A pool is kept per (interpreter, kind). The kind says what a pooled process imports
+A pool is kept per (interpreter, kind, what it runs): the installed versions of the
+libraries the kind imports and of this package (its source files' sizes and times too,
+for an editable install), so that an upgrade or an edit is never served by processes
+that imported the old code. The kind says what a pooled process imports
 ahead of time; a job's processes can be pooled when its backend imports the same.
 A pooled process imported its libraries with the environment of the job that asked
 for the pool: a later job takes it only if everything that can matter at import
@@ -13,8 +16,11 @@ from __future__ import annotations
 import hashlib
 import sys
 from collections.abc import Collection, Mapping
+from pathlib import Path
 
+from .. import __version__
 from ..contract.process import Env
+from ..frameworks import TENSORFLOW_DISTRIBUTIONS, installed_version
 
 # backend -> the kind of pooled process that serves it
 KIND_OF_BACKEND = {"horovod": "horovod", "tf": "tensorflow", "ps": "tensorflow"}
@@ -24,6 +30,14 @@ PREIMPORTS = {
     "tensorflow": ["numpy", "tensorflow"],
     "horovod": ["numpy", "tensorflow", "horovod.tensorflow", "horovod.tensorflow.keras"],
 }
+
+# the distributions behind each pre-imported module (and what TensorFlow imports itself)
+_DISTRIBUTIONS = {
+    "numpy": [("numpy",)],
+    "tensorflow": [TENSORFLOW_DISTRIBUTIONS, ("keras",), ("tf-keras",)],
+    "horovod.tensorflow": [("horovod",)],
+}
+_PACKAGE_DIR = Path(__file__).resolve().parent.parent
 
 # set per job or per process, read after import (by hvd.init, the TF runtime, the
 # worker bootstrap): a pooled process takes them at claim time
@@ -53,10 +67,36 @@ def import_env(env: Mapping[str, str], per_job: Collection[str] = ()) -> dict[st
     }
 
 
-def pool_name(kind: str, python: str | None = None) -> str:
-    """The pool's directory name: its kind and a digest of the interpreter path."""
+def source_fingerprint(package: Path = _PACKAGE_DIR) -> str:
+    """This package's source files, cheaply: how many, their total size, the newest
+    modification time (an edit of an editable install changes it; nothing is read)."""
+    count = size = newest = 0
+    for path in package.rglob("*.py"):
+        stat = path.stat()
+        count, size, newest = count + 1, size + stat.st_size, max(newest, stat.st_mtime_ns)
+    return f"{count}:{size}:{newest}"
+
+
+def code_key(kind: str) -> str:
+    """A digest of what a pooled process of ``kind`` runs: the installed versions of the
+    libraries it imports (from package metadata: nothing is imported) and this package."""
+    parts = [f"jupyter_distrain={__version__}:{source_fingerprint()}"]
+    for module in PREIMPORTS[kind]:
+        for distributions in _DISTRIBUTIONS.get(module, []):
+            parts.append(f"{distributions[0]}={installed_version(*distributions)}")
+    return hashlib.sha256("\n".join(parts).encode()).hexdigest()[:10]
+
+
+def pool_prefix(kind: str, python: str | None = None) -> str:
+    """What the names of every pool of ``kind`` and the interpreter begin with."""
     digest = hashlib.sha256((python or sys.executable).encode()).hexdigest()[:10]
-    return f"{kind}-{digest}"
+    return f"{kind}-{digest}-"
+
+
+def pool_name(kind: str, python: str | None = None) -> str:
+    """The pool's directory name: its kind, a digest of the interpreter path, and
+    :func:`code_key`."""
+    return pool_prefix(kind, python) + code_key(kind)
 
 
 def enabled(environ: Mapping[str, str]) -> bool:

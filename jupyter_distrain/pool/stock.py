@@ -1,6 +1,8 @@
 """A pool's idle processes: started with the environment the last job wanted, up to
-the wanted count and the memory bound, each announcing when its imports are done;
-ended when the pool is drained or the environment changes."""
+the wanted count and the memory bound (those still importing counted at the size of
+the last ready one), each announcing when its imports are done; ended when the pool is
+drained or the environment changes. A pool found unable to serve jobs at all is turned
+off: it says why in its directory's ``off`` file, and no keeper runs it again."""
 
 from __future__ import annotations
 
@@ -27,6 +29,8 @@ from .settings import Settings
 log = logging.getLogger("jupyter_distrain.pool")
 
 MIN_FREE_BYTES = 2 * 2**30
+PROCESS_BYTES = 512 * 2**20  # what a process still importing counts, before one is ready
+OFF_FILE = "off"  # in the pool directory: why the pool is off
 
 
 @dataclasses.dataclass
@@ -71,6 +75,8 @@ class Stock:
         self.target = 0
         self.env: dict[str, str] | None = None  # what idle processes import with
         self.error = ""  # a process failed to start: no refill until the next want
+        self.off = ""  # why this pool can never serve a job ("" while it can)
+        self.process_bytes = PROCESS_BYTES  # the size of the last process that got ready
 
     def want(self, body: dict[str, Any]) -> None:
         """Keep ``count`` idle processes imported with ``env`` (but its ``per_job`` names)."""
@@ -87,18 +93,31 @@ class Stock:
 
     def refill(self) -> None:
         """Start idle processes up to the target, as memory allows."""
-        if self.env is None or self.error:
+        if self.env is None or self.error or self.off:
             return
         while len(self.idle) < self.target and self._room():
             self._start()
 
     def _room(self) -> bool:
-        """Whether memory allows one more idle process."""
+        """Whether memory allows one more idle process: the ready ones as they are, each
+        one still importing (and the next) at the size of the last that got ready."""
         if psutil.virtual_memory().available < MIN_FREE_BYTES:
             return False
-        held = [tree_rss(p.pid) for p in self.idle.values() if p.ready]
-        each = max(held) if held else 0
-        return sum(held) + each <= self.settings.memory_bytes
+        ready = [tree_rss(p.pid) for p in self.idle.values() if p.ready]
+        starting = len(self.idle) - len(ready)
+        held = sum(ready) + starting * self.process_bytes
+        return held + self.process_bytes <= self.settings.memory_bytes
+
+    def turn_off(self, why: str) -> None:
+        """This pool can never serve a job here: end its processes, say why once (in the
+        log and the ``off`` file, which keeps later keepers from starting it again)."""
+        if self.off:
+            return
+        self.off = why
+        log.warning("the pool is off: %s", why)
+        self.drain(why)
+        with contextlib.suppress(OSError):
+            (self.dir / OFF_FILE).write_text(why + "\n")
 
     def _start(self) -> None:
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
@@ -129,8 +148,12 @@ class Stock:
             body = None
         if body is None:  # it is ending; reap() collects it
             self._close_channel(pooled)
+        elif body.get("off"):  # it cannot be made fit to serve any job
+            self._close_channel(pooled)
+            self.turn_off(str(body["off"]))
         elif body.get("ready"):
             pooled.ready, pooled.since = True, time.time()
+            self.process_bytes = tree_rss(pooled.pid) or self.process_bytes
             self.on_ready()
 
     def _close_channel(self, pooled: Pooled) -> None:
