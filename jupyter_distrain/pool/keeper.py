@@ -13,8 +13,9 @@ private directory:
 - ``drain``: end every idle process now, and the keeper once no job holds one.
 
 Bounded: at most ``JUPYTER_DISTRAIN_POOL_SIZE`` idle processes (4), together at most
-``JUPYTER_DISTRAIN_POOL_MEMORY`` GiB (a quarter of the RAM), none started while less
-than 2 GiB is free; unused for ``JUPYTER_DISTRAIN_POOL_IDLE`` seconds (600), the pool
+``JUPYTER_DISTRAIN_POOL_MEMORY`` GiB (a quarter of the RAM; those still importing
+counted at the size of the last one that got ready), none started while less than
+2 GiB is free; unused for ``JUPYTER_DISTRAIN_POOL_IDLE`` seconds (600), the pool
 empties and the keeper exits. ``state.json`` in the pool directory says what it holds.
 
 Here is the loop and the socket; ``stock`` holds the idle processes, ``claims`` the
