@@ -341,7 +341,26 @@ def test_a_pool_that_ran_other_code_is_not_used_and_is_drained(pool_on):
     assert poll_until(lambda: not any(psutil.pid_exists(pid) for pid in stale.idle), 15)
 
 
-THREADS = """import json, os
+def test_a_kind_whose_imports_leave_a_thread_running_is_not_pooled(jobs_root, tmp_path):
+    # a thread that no setns can move: started at interpreter start-up, as an import might
+    (tmp_path / "sitecustomize.py").write_text(
+        "import threading, time\n"
+        "threading.Thread(target=time.sleep, args=(3600,), daemon=True).start()\n"
+    )
+    directory = client.pools_dir(jobs_root, create=True) / "tensorflow-threads"
+    with _keeper(directory) as (keeper, socket_path):
+        env = {**kinds.import_env(os.environ), "PYTHONPATH": str(tmp_path)}
+        want = {"op": "want", "count": 2, "env": env}
+        assert client._ask(socket_path, want) == {"ok": True}
+        assert keeper.wait(120) == 0  # off, and the keeper ends
+    assert "leaves threads running" in (directory / "off").read_text()
+    assert (directory / "keeper.log").read_text().count("the pool is off") == 1
+    left = [p.pid for p in psutil.process_iter(["cwd"]) if p.info["cwd"] == str(directory)]
+    assert left == []  # its processes (started in the pool directory) are gone
+
+
+THREADS = """\
+import json, os
 import numpy
 numpy.ones((600, 600)) @ numpy.ones((600, 600))  # OpenBLAS runs its threads
 tasks = {}
