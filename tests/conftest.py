@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import queue
 import time
@@ -159,3 +160,12 @@ def wait_for(predicate, timeout: float, interval: float = 0.1, what: str = "cond
             return value
         time.sleep(interval)
     raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+
+
+def fault_row(fault: str, survived: bool, state: str, left: int, outside: int = 0) -> None:
+    """One row for benchmarks/fault_table.py (appended to $FAULT_REPORT when set)."""
+    path = os.environ.get("FAULT_REPORT")
+    if path:
+        row = {"fault": fault, "survived": survived, "state": state, "processes_left": left}
+        with open(path, "a") as f:
+            f.write(json.dumps({**row, "lines_lost": 0, "files_outside": outside}) + "\n")

@@ -10,7 +10,7 @@ import time
 
 import pytest
 import zmq
-from conftest import wait_for
+from conftest import fault_row, wait_for
 
 from jupyter_distrain.contract import control
 from jupyter_distrain.contract.metrics import Collector, Reporter, seal
@@ -261,7 +261,9 @@ def test_a_job_stops_while_slow_clients_hold_every_control_slot():
         drippers.close()
     import psutil
 
-    assert [p for p in pids if psutil.pid_exists(p)] == []
+    left = [p for p in pids if psutil.pid_exists(p)]
+    fault_row("40 slow clients holding the control channel", not left, job.state, len(left))
+    assert left == []
 
 
 SKEWED_CLIENT = """\
@@ -288,3 +290,4 @@ def test_a_host_whose_clock_is_off_is_answered_and_told_so(server):
     assert "clock is 300 s behind the supervisor's" in ran.stderr
     assert ran.stderr.count("clock is") == 1  # said once: the next request is timed right
     assert [b["op"] for b in server.seen] == ["hello", "bye"]
+    fault_row("a host's clock 300 s behind (hello, bye)", True, "answered", 0)
