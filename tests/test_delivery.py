@@ -7,7 +7,6 @@ launcher whose second host's agent answers with a crafted archive."""
 from __future__ import annotations
 
 import io
-import json
 import os
 import pickle
 import socket
@@ -18,6 +17,7 @@ import time
 from pathlib import Path
 
 import pytest
+from conftest import fault_row
 
 from jupyter_distrain.contract.process import Env, ProcessId
 from jupyter_distrain.launchers.agent import host
@@ -106,15 +106,6 @@ def path_max_chain(target: str, payload: bytes) -> list[tuple[tarfile.TarInfo, b
     return entries
 
 
-def report_row(fault: str, survived: bool, state: str, left: int, outside: int) -> None:
-    """One row for benchmarks/fault_table.py (appended to $FAULT_REPORT when set)."""
-    path = os.environ.get("FAULT_REPORT")
-    if path:
-        row = {"fault": fault, "survived": survived, "state": state, "processes_left": left}
-        with open(path, "a") as f:
-            f.write(json.dumps({**row, "lines_lost": 0, "files_outside": outside}) + "\n")
-
-
 # --- what a host legitimately sends -------------------------------------------------------
 def test_the_result_and_checkpoints_a_host_packs_are_stored_private(job, tmp_path):
     produced = tmp_path / "on-host"
@@ -190,7 +181,7 @@ def test_the_path_max_symlink_chain_gets_past_tarfiles_own_filter_here(tmp_path)
 def test_the_path_max_symlink_chain_writes_nothing_outside(job, tmp_path):
     received, warnings = deliver(job, archive(*path_max_chain("../outside", b"pwned")))
     outside = len(files_under(tmp_path / "outside"))
-    report_row("PATH_MAX symlink chain (CVE-2025-4517)", outside == 0, "-", 0, outside)
+    fault_row("PATH_MAX symlink chain (CVE-2025-4517)", outside == 0, "-", 0, outside)
     assert outside == 0
     assert received.complete and received.stored == []  # read to its end, nothing kept
     assert "'escape': a symbolic link" in received.refused
@@ -488,7 +479,7 @@ def test_a_host_answering_with_a_crafted_archive_changes_nothing_of_the_job(
     left = len(left_after(lambda: processes_naming(job.id), 15))
     planted = len(files_under(outside)) + len(list(jobs_root.iterdir())) - 1 + marker.exists()
     survived = state == "succeeded" and job.result() == "from rank 0" and left == 0
-    report_row("crafted archive from an ssh host", survived and not planted, state, left, planted)
+    fault_row("crafted archive from an ssh host", survived and not planted, state, left, planted)
     assert state == "succeeded", job.status().error
     assert job.result() == "from rank 0" and not marker.exists()
     assert (job.dir.path / "result.pkl").stat().st_mode & 0o777 == 0o600
