@@ -8,7 +8,9 @@ import contextlib
 import json
 import os
 import re
+import shutil
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -21,6 +23,7 @@ from multihost import SSH_PORT, SshCluster, ssh_cluster
 from test_metrics_widget import KERAS_FIT
 from test_tf_backends import SEED_PROGRAM
 
+import jupyter_distrain
 from jupyter_distrain.client import api
 from jupyter_distrain.client.cml import run_cluster
 from jupyter_distrain.client.job import Job
@@ -28,6 +31,8 @@ from jupyter_distrain.client.widget import JobWidget
 from jupyter_distrain.contract.process import ProcessId
 from jupyter_distrain.contract.spec import JobSpec, SpecError
 from jupyter_distrain.contract.store import list_job_dirs
+from jupyter_distrain.launchers.agent.host import PROTOCOL
+from jupyter_distrain.launchers.ssh.launcher import REMOTE_ROOT
 from jupyter_distrain.launchers.ssh.session import SshOptions
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="network namespaces need root")
@@ -413,3 +418,77 @@ def test_a_memory_limit_and_a_scale_work_on_remote_workers(cluster, jobs_root):
     after = [int(e) for e in re.findall(r"^epoch (\d+) size 3$", text, re.M)]
     assert after and after[0] == before[-1] + 1, text[-2000:]
     assert {p.host for p in job.status().processes} == {"jdh1", "jdh2"}
+
+
+def _agent_wrapper(path: Path, program: str) -> str:
+    """A ``--remote-python`` that runs ``program`` (Python) with the agent's arguments."""
+    path.write_text(f"#!/bin/sh\nshift 2\nexec {sys.executable} -c '{program}' \"$@\"\n")
+    path.chmod(0o755)
+    return str(path)
+
+
+OTHER_PROTOCOL = """
+import sys
+import jupyter_distrain.launchers.agent.host as host
+host.PROTOCOL, host.__version__ = 1, "0.0.9"
+sys.exit(host.main(sys.argv[1:]))
+"""
+
+OLD_AGENT = """
+import argparse, sys
+parser = argparse.ArgumentParser(prog="python -m jupyter_distrain.launchers.agent")
+command = parser.add_subparsers(dest="command", required=True).add_parser("preflight")
+for option in ("--backend", "--interface", "--ports"):
+    command.add_argument(option)
+parser.parse_args(sys.argv[1:])
+"""
+
+
+def test_a_host_with_an_agent_of_another_version_is_refused_in_one_line(
+    cluster, jobs_root, tmp_path
+):
+    other = _agent_wrapper(tmp_path / "other-python", OTHER_PROTOCOL)
+    message = _refused(cluster, jobs_root, remote_python=other)
+    assert (
+        "host 10.232.0.11 runs jupyter_distrain 0.0.9 (agent protocol 1), this notebook "
+        f"{jupyter_distrain.__version__} (protocol {PROTOCOL}): install the same version there"
+    ) in message
+    old = _agent_wrapper(tmp_path / "old-python", OLD_AGENT)
+    message = _refused(cluster, jobs_root, remote_python=old)
+    assert "host 10.232.0.12 runs an older jupyter_distrain (agent protocol 1)" in message
+    assert "\n" not in message and "Traceback" not in message and "usage" not in message
+
+
+LOOP = "import time\nwhile True:\n    print('step', flush=True)\n    time.sleep(0.2)\n"
+
+
+def test_what_a_killed_job_left_on_the_hosts_goes_at_the_next_contact(cluster, jobs_root):
+    spec = JobSpec(code=LOOP, workers=2, backend="plain", **cluster.options())
+    job = api.submit(spec)
+
+    def stepping() -> bool:
+        with contextlib.suppress(KeyError):  # no log yet
+            return all("step" in job.logs(ProcessId("worker", i)) for i in (0, 1))
+        return False
+
+    wait_for(stepping, 60, what="both workers stepping")
+    for proc in job_processes(job.id) + ssh_masters():  # as a reboot: nothing ends cleanly
+        with contextlib.suppress(psutil.Error):
+            proc.kill()
+    assert wait_until_gone(job.id, 30) == []
+    (left,) = remote_dirs(job.id)
+    hostnames = sorted(p.name for p in left.iterdir())
+    assert len(hostnames) == 2 and (left / hostnames[0] / "push.pkl").parent.is_dir()
+    stranger = Path.home() / REMOTE_ROOT / "another-notebooks-000000" / hostnames[0]
+    stranger.mkdir(mode=0o700, parents=True)
+    (stranger / "owner").write_text("another notebook")
+    try:
+        second = api.submit(
+            JobSpec(code="print('second')", workers=2, backend="plain", **cluster.options())
+        )
+        assert second.wait(120) == "succeeded"
+        assert "second" in second.logs(ProcessId("worker", 1))
+        assert remote_dirs(job.id) == []  # the killed job's directories are gone on both
+        assert (stranger / "owner").read_text() == "another notebook"  # not this notebook's
+    finally:
+        shutil.rmtree(stranger.parent, ignore_errors=True)

@@ -7,14 +7,18 @@ then ``ping``, ``signal`` or ``kill``) and reads its stderr: marked report lines
 (:data:`~.host.MARK`: pid and start time, memory, exit code) and, unmarked, what
 ssh, Python or the agent said. An agent that ended without reporting an exit code
 was lost: :data:`EXIT_LOST`. :func:`job_files_archive` builds what is sent to a host
-before anything starts there.
+before anything starts there. :func:`notebook_id` and :func:`live_job_ids` tell a
+host's pre-flight which of its job directories belong to jobs of this notebook that
+are over (its leftovers, removed there).
 """
 
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import io
 import json
+import socket
 import tarfile
 import threading
 from pathlib import Path
@@ -25,6 +29,32 @@ from .host import CARRIED, COPIED, KILL, MARK, PING, SIGNAL
 EXIT_LOST = 255  # the agent ended without reporting an exit code (ssh's own failure code)
 HANG_UP_SECONDS = 5.0  # for an agent to end once its stdin is closed
 PING_SECONDS = 2.0  # the agent kills its process after HEARTBEAT_TIMEOUT without one
+
+
+MACHINE_ID_FILES = ("/etc/machine-id", "/var/lib/dbus/machine-id")
+
+
+def notebook_id(root: Path) -> str:
+    """Who owns a job's directories on the hosts: this machine and its jobs root
+    ``root`` (two notebooks differ in one or the other), hashed."""
+    machine = socket.gethostname()
+    for name in MACHINE_ID_FILES:
+        with contextlib.suppress(OSError):
+            machine = Path(name).read_text().strip() or machine
+            break
+    return hashlib.sha256(f"{machine}\0{root.resolve()}".encode()).hexdigest()[:32]
+
+
+def live_job_ids(root: Path) -> list[str]:
+    """The jobs under ``root`` whose files a host must keep: those whose supervisor is
+    alive or not started yet (being submitted). Once it is dead its sessions are gone
+    and the agents kill what is left (:data:`~.host.HEARTBEAT_TIMEOUT`); the pids a
+    job recorded are the hosts' and say nothing here."""
+    from ...contract.store import list_job_dirs
+
+    return [
+        job_dir.id for job_dir in list_job_dirs(root) if job_dir.supervisor_alive() is not False
+    ]
 
 
 def job_files_archive(job_path: Path) -> bytes:

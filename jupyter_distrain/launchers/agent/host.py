@@ -2,11 +2,17 @@
 
 One short program per ssh session, light to import (no TensorFlow, no ZeroMQ):
 
-- ``preflight``: can this host run the job? Prints one JSON line: the interpreter,
-  whether the backend's libraries are there, the address the ssh connection came in
-  on (``SSH_CONNECTION``), the interface holding it, and free TCP ports on it.
-- ``unpack DIR``: make the job's private directory (0700) and extract the tar read from
-  stdin into it (the spec, ``train.py``, pushed values, the control file).
+- ``preflight``: can this host run the job? Prints one JSON line: this package's
+  version and the agent's :data:`PROTOCOL` (the launcher refuses another), the
+  interpreter, whether the backend's libraries are there, the address the ssh
+  connection came in on (``SSH_CONNECTION``), the interface holding it, and free TCP
+  ports on it. With ``--leftovers`` it first reads ``{"notebook": ID, "live": [JOB,
+  ...]}`` on stdin and removes this host's directories of that notebook's jobs not
+  named live (what a rebooted notebook or a killed supervisor left), listed as
+  ``removed``.
+- ``unpack DIR [--owner ID]``: make the job's private directory (0700), mark it as
+  notebook ``ID``'s (:data:`OWNER`) and extract the tar read from stdin into it (the
+  spec, ``train.py``, pushed values, the control file).
 - ``run DIR``: start one process (its argv, environment and working directory come as
   the first JSON line on stdin) with its output on this session's stdout; report its
   pid and start time, its memory and finally its exit code as marked lines on stderr;
@@ -39,8 +45,13 @@ import time
 from pathlib import Path
 from typing import IO, Any
 
-from ... import processes
+from ... import __version__, processes
 
+# What the launcher and this agent must agree on: raised with every change to the
+# commands, their arguments or their answers (the pre-flight refuses another).
+PROTOCOL = 2
+JOBS_ROOT = ".jupyter_distrain/jobs"  # under the user's home: JOB/HOSTNAME per job and host
+OWNER = "owner"  # in a job's host directory: the id of the notebook that made it
 MARK = "\x1ejupyter_distrain "  # starts every line the agent writes to stderr
 # The command lines the launcher sends on stdin (:class:`.client.AgentClient`): ``ping``
 # (any line counts as one), ``signal SIG TREE`` (``run``), ``kill PID SIG`` (``guard``).
@@ -99,7 +110,8 @@ def preflight(backend: str, interface: str, ports: int) -> dict[str, Any]:
     """What the launcher needs to know about this host (see the module docstring)."""
     from ...plugins import BACKENDS, load_plugin
 
-    found: dict[str, Any] = {"python": sys.executable, "home": str(Path.home())}
+    found: dict[str, Any] = {"version": __version__, "protocol": PROTOCOL}
+    found["python"], found["home"] = sys.executable, str(Path.home())
     try:
         ok, why = load_plugin(BACKENDS, backend).available()
     except Exception as exc:  # a broken install: say so rather than crash
@@ -145,10 +157,13 @@ def make_private_dir(path: Path) -> None:
     path.chmod(0o700)
 
 
-def unpack(directory: Path, data: bytes) -> None:
-    """Extract the job's files (a tar) into ``directory``, made private first."""
+def unpack(directory: Path, data: bytes, owner: str = "") -> None:
+    """Extract the job's files (a tar) into ``directory``, made private first and marked
+    as notebook ``owner``'s (so a later pre-flight of that notebook can remove it)."""
     make_private_dir(directory.parent)
     make_private_dir(directory)
+    if owner:
+        write_private(directory / OWNER, owner)
     for name in ("logs", "checkpoints"):
         make_private_dir(directory / name)
     with tarfile.open(fileobj=io.BytesIO(data)) as tar:
@@ -186,6 +201,50 @@ def remove(directory: Path) -> None:
     shutil.rmtree(directory, ignore_errors=True)
     with contextlib.suppress(OSError):
         directory.parent.rmdir()
+
+
+def write_private(path: Path, text: str) -> None:
+    """``text`` into a new file ``path`` of this user, 0600 (never through a link)."""
+    with contextlib.suppress(FileNotFoundError):
+        path.unlink()
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+    with os.fdopen(fd, "w") as out:
+        out.write(text)
+
+
+def owner_of(directory: Path) -> str:
+    """The notebook id a job's host directory is marked with ("" when none, or when it
+    is not this user's own directory)."""
+    try:
+        info = directory.lstat()
+        if not stat.S_ISDIR(info.st_mode) or info.st_uid != os.getuid():
+            return ""
+        fd = os.open(directory / OWNER, os.O_RDONLY | os.O_NOFOLLOW)
+    except OSError:
+        return ""
+    with os.fdopen(fd) as marker:
+        return marker.read(200).strip()
+
+
+def remove_leftovers(notebook: str, live: set[str]) -> list[str]:
+    """Remove this host's directories of ``notebook``'s jobs other than ``live`` (and
+    whatever of those jobs still runs here); the job ids removed. Directories of other
+    notebooks, of other hosts sharing this home, or with no owner are left alone."""
+    root = Path.home() / JOBS_ROOT
+    hostname = socket.gethostname()
+    try:
+        jobs = sorted(root.iterdir())
+    except OSError:
+        return []
+    removed = []
+    for job in jobs:
+        directory = job / hostname
+        if job.name in live or job.is_symlink() or owner_of(directory) != notebook:
+            continue
+        kill_job_processes(directory)
+        remove(directory)
+        removed.append(job.name)
+    return removed
 
 
 # --- running one process ------------------------------------------------------------------
@@ -388,15 +447,24 @@ def main(argv: list[str]) -> int:
     check.add_argument("--backend", required=True)
     check.add_argument("--interface", default="")
     check.add_argument("--ports", type=int, default=0)
+    check.add_argument("--leftovers", action="store_true", help="read the live jobs on stdin")
     for name in ("unpack", "run", "guard", "send", "remove", "finish"):
-        commands.add_parser(name).add_argument("directory")
+        command = commands.add_parser(name)
+        command.add_argument("directory")
+        if name == "unpack":
+            command.add_argument("--owner", default="")
     args = parser.parse_args(argv)
     if args.command == "preflight":
-        print(json.dumps(preflight(args.backend, args.interface, args.ports)), flush=True)
+        claims = json.loads(sys.stdin.read() or "{}") if args.leftovers else {}
+        removed = []
+        if claims.get("notebook"):
+            removed = remove_leftovers(claims["notebook"], set(claims.get("live", [])))
+        found = preflight(args.backend, args.interface, args.ports)
+        print(json.dumps({**found, "removed": removed}), flush=True)
         return 0
     directory = Path(args.directory).expanduser()
     if args.command == "unpack":
-        unpack(directory, sys.stdin.buffer.read())
+        unpack(directory, sys.stdin.buffer.read(), args.owner)
         return 0
     if args.command == "run":
         return run(directory)

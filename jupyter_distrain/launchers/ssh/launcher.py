@@ -34,13 +34,21 @@ import time
 from pathlib import Path
 from typing import Any
 
+from ... import __version__
 from ...contract.cellcheck import uses_horovod_elastic
 from ...contract.process import HOST_PLACEHOLDER, Env, ProcessId
 from ...contract.spec import JobSpec, SpecError
-from ...contract.store import runtime_dir
+from ...contract.store import jobs_root, runtime_dir
 from ...processes import die_with_parent
-from ..agent.client import HANG_UP_SECONDS, AgentClient, job_files_archive
+from ..agent.client import (
+    HANG_UP_SECONDS,
+    AgentClient,
+    job_files_archive,
+    live_job_ids,
+    notebook_id,
+)
 from ..agent.delivery import Delivery, PipeStream, Received, result_slots
+from ..agent.host import JOBS_ROOT, PROTOCOL
 from ..base import LaunchedProcess, Launcher, LauncherOption, ProcessSpec, Slot, in_range, matching
 from ..handles import LocalProcess
 from ..limits import thread_env
@@ -49,8 +57,10 @@ from .session import RemoteError, SshOptions, explain, on_each
 
 log = logging.getLogger(__name__)
 _TAG_RE = re.compile(rb"\[\d+,(\d+)\]<std(?:out|err)>:")  # mpirun --tag-output
+# what argparse says when an agent of another version does not know a command or option
+_USAGE_RE = re.compile(r": error: (argument |unrecognized arguments|the following arguments)")
 
-REMOTE_ROOT = ".jupyter_distrain/jobs"  # under the remote user's home
+REMOTE_ROOT = JOBS_ROOT  # under the remote user's home
 FINISH_SECONDS = 30.0  # with nothing coming back from a host, its files stay there
 FINISH_TOTAL_SECONDS = 3600.0  # the longest one host's files may take to come back
 MAX_SOCKET_BYTES = 107  # a Unix socket's path: sun_path holds 108 bytes, the last a NUL
@@ -114,14 +124,31 @@ def preflight(spec: JobSpec, processes: int, python: str) -> list[RemoteHost]:
         )
     options = SshOptions.of(given, spec.python or python)
     args = ["preflight", "--backend", spec.backend, "--interface", given["network_interface"]]
+    args.append("--leftovers")
+    root = jobs_root()
+    claims = json.dumps({"notebook": notebook_id(root), "live": live_job_ids(root)}).encode()
 
     def check(name: str) -> dict[str, Any]:
         slots = next(h.slots for h in hosts if h.name == name)
-        out = options.run(name, [*args, "--ports", str(slots + 2)], timeout=spec.timeout)
         try:
-            return json.loads(out.decode().strip().splitlines()[-1])
+            out = options.run(name, [*args, "--ports", str(slots + 2)], claims, spec.timeout)
+        except RemoteError as exc:
+            if _USAGE_RE.search(str(exc)):  # an older agent: it knows no --leftovers
+                raise RemoteError(_other_version(name, {})) from None
+            raise
+        try:
+            info = json.loads(out.decode().strip().splitlines()[-1])
         except (ValueError, IndexError):
             raise RemoteError(f"host {name}: the agent answered {out[:200]!r}") from None
+        if not isinstance(info, dict) or info.get("protocol") != PROTOCOL:
+            raise RemoteError(_other_version(name, info if isinstance(info, dict) else {}))
+        if info.get("removed"):
+            log.info(
+                "host %s: removed what jobs that are over left there: %s",
+                name,
+                ", ".join(info["removed"]),
+            )
+        return info
 
     found = on_each([h.name for h in hosts], check)
     problems = [str(f) for f in found if isinstance(f, RemoteError)]
@@ -149,6 +176,18 @@ def preflight(spec: JobSpec, processes: int, python: str) -> list[RemoteHost]:
         )
         for h, i in checked
     ]
+
+
+def _other_version(name: str, info: dict[str, Any]) -> str:
+    """The line refusing host ``name`` whose agent (as its pre-flight ``info`` says, {}
+    when it did not understand the question) speaks another protocol."""
+    theirs = (
+        f"jupyter_distrain {info['version']}" if "version" in info else "an older jupyter_distrain"
+    )
+    return (
+        f"host {name} runs {theirs} (agent protocol {info.get('protocol', 1)}), this notebook "
+        f"{__version__} (protocol {PROTOCOL}): install the same version there"
+    )
 
 
 def _problems(spec: JobSpec, name: str, info: dict[str, Any], hosts: int) -> list[str]:
@@ -412,7 +451,8 @@ class SshLauncher(Launcher):
     def _unpack(self, name: str) -> None:
         self.options.open_master(name, timeout=self.spec.timeout)
         files = job_files_archive(self.job.path)
-        self.options.run(name, ["unpack", self._directory(name)], files)
+        owner = notebook_id(self.job.path.parent)
+        self.options.run(name, ["unpack", self._directory(name), "--owner", owner], files)
         self._unpacked.add(name)
 
     def _directory(self, name: str) -> str:
