@@ -24,6 +24,12 @@ def main() -> int:
         env = {**os.environ, "FAULT_REPORT": str(report)}
         suites = ["tests/faults", "tests/test_hardening.py", "tests/test_channels.py"]
         suites.append("tests/test_delivery.py")  # what hosts send back: crafted archives
+        suites.append(
+            "tests/test_pool.py::test_a_pooled_rank_failing_after_its_keeper_is_killed_fails_the_job"
+        )
+        suites.append(
+            "tests/test_pool.py::test_losing_the_keeper_then_the_supervisor_leaves_no_process_of_the_job"
+        )
         run = subprocess.run(
             [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *suites],
             cwd=ROOT,

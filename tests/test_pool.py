@@ -15,6 +15,7 @@ from pathlib import Path
 
 import psutil
 import pytest
+from conftest import fault_row
 
 from jupyter_distrain import JobFailed, JobSpec, submit
 from jupyter_distrain.client.magics import _print_pools
@@ -161,6 +162,7 @@ def test_a_pooled_rank_failing_after_its_keeper_is_killed_fails_the_job(pool_on,
     with pytest.raises(JobFailed, match="exit code 3"):
         job.wait(timeout=60)
     codes = {str(p.id): p.exit_code for p in job.status().processes}
+    fault_row("pool keeper killed, then a rank exits 3", codes["worker-1"] == 3, job.state, 0)
     assert codes["worker-1"] == 3, codes  # its own code (its bye), not the lost keeper's
 
 
@@ -169,8 +171,10 @@ def test_losing_the_keeper_then_the_supervisor_leaves_no_process_of_the_job(pool
     procs = [psutil.Process(p.pid) for p in job.status().processes]
     _supervisor_of(job).kill()
     gone, alive = psutil.wait_procs(procs, timeout=15)
+    failed = poll_until(lambda: job.status().state == "failed", 15)
+    fault_row("pool keeper killed, then the supervisor", not alive, job.state, len(alive))
     assert alive == []
-    assert poll_until(lambda: job.status().state == "failed", 15)
+    assert failed
 
 
 def _supervisor_of(job) -> psutil.Process:
