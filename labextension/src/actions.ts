@@ -1,9 +1,9 @@
-/** What the sidebar's buttons do: scale, stop, attach. */
+/** What the sidebar's buttons do: scale, stop, attach, remove the finished jobs. */
 
 import { Dialog, InputDialog, showDialog, showErrorMessage } from '@jupyterlab/apputils';
 import { INotebookTracker, Notebook, NotebookActions } from '@jupyterlab/notebook';
 
-import { IJob, scaleJob, stopJob } from './api';
+import { IJob, removeFinishedJobs, scaleJob, stopJob } from './api';
 
 export async function scale(job: IJob): Promise<boolean> {
   const answer = await InputDialog.getNumber({
@@ -37,6 +37,26 @@ export async function stop(job: IJob): Promise<boolean> {
     return true;
   } catch (err) {
     await showErrorMessage(`Cannot stop ${job.id}`, (err as Error).message);
+    return false;
+  }
+}
+
+/** Remove every finished job (its record, logs and metrics) after a confirmation. */
+export async function removeFinished(finished: IJob[]): Promise<boolean> {
+  const count = finished.length;
+  const answer = await showDialog({
+    title: `Remove ${count} finished job${count === 1 ? '' : 's'}?`,
+    body: 'Their records, logs and metrics are deleted; running jobs stay.',
+    buttons: [Dialog.cancelButton(), Dialog.warnButton({ label: 'Remove' })]
+  });
+  if (!answer.button.accept) {
+    return false;
+  }
+  try {
+    await removeFinishedJobs();
+    return true;
+  } catch (err) {
+    await showErrorMessage('Cannot remove the finished jobs', (err as Error).message);
     return false;
   }
 }

@@ -94,6 +94,10 @@ export const scaleJob = (id: string, workers: number) =>
 export const stopJob = (id: string) =>
   requestAPI<IJob>(`jobs/${encodeURIComponent(id)}`, { method: 'DELETE' });
 
+/** Remove the finished jobs (never a running one); answers the ids removed. */
+export const removeFinishedJobs = () =>
+  requestAPI<{ removed: string[] }>('jobs', { method: 'DELETE' }).then(r => r.removed);
+
 export const getLogs = (id: string, query: Record<string, string | number>) =>
   requestAPI<ILogs>(`jobs/${encodeURIComponent(id)}/logs`, {}, query);
 

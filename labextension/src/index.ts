@@ -8,18 +8,19 @@ import { ICommandPalette } from '@jupyterlab/apputils';
 import { CodeCell } from '@jupyterlab/cells';
 import { INotebookTracker } from '@jupyterlab/notebook';
 import { IStatusBar } from '@jupyterlab/statusbar';
-import { LabIcon } from '@jupyterlab/ui-components';
+import { deleteIcon, LabIcon } from '@jupyterlab/ui-components';
 
-import { attach, scale, stop } from './actions';
+import { attach, removeFinished, scale, stop } from './actions';
 import { distributeCell } from './distribute';
 import { logsPanel } from './logs';
 import { trackJobs } from './reattach';
 import { JobsModel } from './model';
-import { JobsSidebar } from './sidebar';
+import { JobsSidebar, REMOVE_FINISHED_LABEL } from './sidebar';
 import { JobsStatus } from './statusbar';
 
 const SIDEBAR_ID = 'jp-distrain-sidebar';
 const DISTRIBUTE_COMMAND = 'jupyter-distrain:distribute-cell';
+const REMOVE_FINISHED_COMMAND = 'jupyter-distrain:remove-finished-jobs';
 
 const icon = new LabIcon({
   name: 'jupyter-distrain:jobs',
@@ -45,19 +46,24 @@ const plugin: JupyterFrontEndPlugin<void> = {
     const model = new JobsModel();
     const after = (done: Promise<boolean>) =>
       void done.then(changed => (changed ? model.refresh() : undefined));
-    const sidebar = new JobsSidebar(model, {
-      scale: job => after(scale(job)),
-      stop: job => after(stop(job)),
-      attach: job => void attach(job, tracker),
-      logs: job => {
-        const id = `jp-distrain-logs-${job.id}`;
-        const open = [...app.shell.widgets('main')].find(w => w.id === id);
-        if (!open) {
-          app.shell.add(logsPanel(job.id), 'main');
+    const sidebar = new JobsSidebar(
+      model,
+      {
+        scale: job => after(scale(job)),
+        stop: job => after(stop(job)),
+        attach: job => void attach(job, tracker),
+        removeFinished: () => void app.commands.execute(REMOVE_FINISHED_COMMAND),
+        logs: job => {
+          const id = `jp-distrain-logs-${job.id}`;
+          const open = [...app.shell.widgets('main')].find(w => w.id === id);
+          if (!open) {
+            app.shell.add(logsPanel(job.id), 'main');
+          }
+          app.shell.activateById(id);
         }
-        app.shell.activateById(id);
-      }
-    });
+      },
+      deleteIcon
+    );
     sidebar.id = SIDEBAR_ID;
     sidebar.title.icon = icon;
     sidebar.title.caption = 'Distributed jobs';
@@ -73,6 +79,16 @@ const plugin: JupyterFrontEndPlugin<void> = {
     }
 
     trackJobs(tracker);
+
+    app.commands.addCommand(REMOVE_FINISHED_COMMAND, {
+      label: REMOVE_FINISHED_LABEL,
+      caption: 'Delete the records, logs and metrics of every finished job',
+      icon: deleteIcon,
+      isEnabled: () => model.finished.length > 0,
+      execute: () => after(removeFinished(model.finished))
+    });
+    model.changed.connect(() => app.commands.notifyCommandChanged(REMOVE_FINISHED_COMMAND));
+    palette?.addItem({ command: REMOVE_FINISHED_COMMAND, category: 'Distributed jobs' });
 
     const activeCodeCell = () => {
       const cell = tracker.activeCell;

@@ -41,6 +41,10 @@ export class JobsModel {
     return this._jobs.filter(j => !FINAL_STATES.includes(j.state));
   }
 
+  get finished(): IJob[] {
+    return this._jobs.filter(j => FINAL_STATES.includes(j.state));
+  }
+
   series(id: string): number[] {
     return this._series.get(id)?.points ?? [];
   }

@@ -1,5 +1,6 @@
 /** The "Distributed jobs" left sidebar: one row per job, updated in place each poll. */
 
+import type { LabIcon } from '@jupyterlab/ui-components';
 import { Widget } from '@lumino/widgets';
 
 import { FINAL_STATES, IJob } from './api';
@@ -11,7 +12,10 @@ export interface IJobActions {
   stop(job: IJob): void;
   logs(job: IJob): void;
   attach(job: IJob): void;
+  removeFinished(): void;
 }
+
+export const REMOVE_FINISHED_LABEL = 'Remove finished jobs';
 
 function element(tag: string, className: string, text = ''): HTMLElement {
   const node = document.createElement(tag);
@@ -82,12 +86,27 @@ class JobRow {
 export class JobsSidebar extends Widget {
   constructor(
     private _model: JobsModel,
-    private _actions: IJobActions
+    private _actions: IJobActions,
+    removeIcon?: Pick<LabIcon, 'element'>
   ) {
     super();
     this.addClass('jp-distrain-sidebar');
+    const header = element('div', 'jp-distrain-header');
     const title = element('h2', 'jp-distrain-title', 'Distributed jobs');
-    this.node.append(title, this._status, this._list);
+    const toolbar = element('div', 'jp-distrain-toolbar');
+    this._removeFinished.className = 'jp-ToolbarButtonComponent jp-distrain-toolbar-button';
+    this._removeFinished.dataset.action = 'remove-finished';
+    this._removeFinished.title = REMOVE_FINISHED_LABEL;
+    this._removeFinished.setAttribute('aria-label', REMOVE_FINISHED_LABEL);
+    if (removeIcon) {
+      this._removeFinished.append(removeIcon.element({ tag: 'span' }));
+    } else {
+      this._removeFinished.textContent = REMOVE_FINISHED_LABEL;
+    }
+    this._removeFinished.addEventListener('click', () => this._actions.removeFinished());
+    toolbar.append(this._removeFinished);
+    header.append(title, toolbar);
+    this.node.append(header, this._status, this._list);
     _model.changed.connect(this._render, this);
     this._render();
   }
@@ -104,6 +123,7 @@ export class JobsSidebar extends Widget {
       : jobs.length
         ? ''
         : 'No jobs yet: run a cell with %%distributed --workers 2';
+    this._removeFinished.disabled = this._model.finished.length === 0;
     const seen = new Set<string>();
     jobs.forEach((job, i) => {
       seen.add(job.id);
@@ -126,6 +146,7 @@ export class JobsSidebar extends Widget {
   }
 
   private _list = element('ul', 'jp-distrain-jobs');
+  private _removeFinished = document.createElement('button');
   private _rows = new Map<string, JobRow>();
   private _status = element('div', 'jp-distrain-sidebar-status');
 }
