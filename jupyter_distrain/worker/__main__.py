@@ -20,6 +20,7 @@ import os
 import signal
 import socket
 import sys
+import tempfile
 import traceback
 from pathlib import Path
 from types import CodeType
@@ -40,6 +41,23 @@ def _redirect_output(path: Path) -> None:
     os.dup2(fd, 1)
     os.dup2(fd, 2)
     os.close(fd)
+
+
+def use_job_tmp(job: JobDir, me: ProcessId) -> None:
+    """Give this process a temporary directory in the job's directory (``TMPDIR`` and
+    ``tempfile``), unless the job's ``--env`` sets ``TMPDIR``: what a stopped or killed
+    process leaves there (TensorFlow's ``__autograph_generated_file*.py``, removed only at
+    a clean exit) goes with the job under the store's retention rule, not into ``/tmp``."""
+    if "TMPDIR" in job.read_spec().env:
+        return
+    path = job.path / "tmp" / str(me)
+    try:
+        path.mkdir(mode=0o700, parents=True, exist_ok=True)
+    except OSError as exc:
+        print(f"jupyter_distrain: temporary files in the default place: {exc}", file=sys.stderr)
+        return
+    os.environ["TMPDIR"] = str(path)
+    tempfile.tempdir = str(path)  # a pooled process may have asked for the default already
 
 
 def _tell_supervisor(channels: WorkerChannels, body: dict[str, Any]) -> None:
@@ -179,6 +197,7 @@ def main() -> int:
     except (OSError, SyntaxError, ValueError) as exc:
         print(f"jupyter_distrain: cannot load the program: {exc}", file=sys.stderr)
         return 2  # never said hello: the supervisor counts this process as not started
+    use_job_tmp(job, me)
     # before the hello: once up, the supervisor may ask for a checkpoint at any moment, and
     # SIGUSR1's default action would end the process
     signal.signal(signal.SIGUSR1, instrument.request_checkpoint)
