@@ -1,13 +1,22 @@
 /**
  * The "Distributed jobs" sidebar and status bar item against a real job started from a
  * notebook cell: listed with its workers and images/sec, scaled, its logs followed,
- * attached to, and stopped with no process left.
+ * attached to, and stopped with no process left; the finished jobs removed from the
+ * header while a running one stays.
  */
 
 import { expect, test } from '@jupyterlab/galata';
 import * as path from 'path';
 
-import { alive, cellSource, jobNamed, openNotebook, processesMentioning, SHOTS } from './helpers';
+import {
+  alive,
+  cellSource,
+  jobNamed,
+  listJobs,
+  openNotebook,
+  processesMentioning,
+  SHOTS
+} from './helpers';
 
 // runs until asked to checkpoint (a scale), then exits for the restart with N workers
 const CHECKPOINTING = `%%distributed --workers 2 --backend plain --grace 2 --name ui-scale --background
@@ -21,6 +30,19 @@ for step in range(1, 6000):
     report(step=step, images=32, seconds=0.1, loss=1.0 / step)
     if step % 10 == 0:
         print(f"step {step}", flush=True)
+`;
+
+const SHORT = (
+  name: string
+) => `%%distributed --workers 1 --backend plain --name ${name} --background
+print("done", flush=True)
+`;
+
+// runs until stopped
+const LONG = `%%distributed --workers 1 --backend plain --grace 2 --name ui-long --background
+import time
+for step in range(6000):
+    time.sleep(0.1)
 `;
 
 test.use({ autoGoto: true });
@@ -100,5 +122,71 @@ test('a running job: listed, scaled, logs, attach, stopped', async ({ page, tmpP
     expect(pids.filter(alive)).toEqual([]);
     await expect.poll(() => processesMentioning(job.id), { timeout: 30000 }).toEqual([]);
     await expect(page.locator('.jp-distrain-status')).toHaveText('0 distributed jobs');
+  });
+});
+
+test('Remove finished jobs: the finished ones go, the running one stays', async ({
+  page,
+  tmpPath
+}) => {
+  test.setTimeout(180000);
+  await openNotebook(page, tmpPath, 'clean.ipynb', [
+    '%load_ext jupyter_distrain',
+    SHORT('ui-short-a'),
+    SHORT('ui-short-b'),
+    LONG
+  ]);
+  for (let i = 0; i < 4; i++) {
+    await page.notebook.runCell(i, true);
+  }
+  const [shortA, shortB, long] = [
+    await jobNamed(page, 'ui-short-a'),
+    await jobNamed(page, 'ui-short-b'),
+    await jobNamed(page, 'ui-long')
+  ];
+  const sidebar = page.locator('#jp-distrain-sidebar');
+  const row = (id: string) => sidebar.locator(`li[data-job-id="${id}"]`);
+  const removeButton = sidebar.locator('button[data-action="remove-finished"]');
+  await page.locator('.jp-distrain-status').click();
+  await expect(sidebar).toBeVisible();
+
+  await test.step('the button is enabled once a job is finished', async () => {
+    await expect(row(long.id)).toHaveAttribute('data-state', 'running', { timeout: 60000 });
+    for (const job of [shortA, shortB]) {
+      await expect(row(job.id)).toHaveAttribute('data-state', /succeeded|exited/, {
+        timeout: 60000
+      });
+    }
+    await expect(removeButton).toBeEnabled();
+    await expect(removeButton).toHaveAttribute('title', 'Remove finished jobs');
+  });
+
+  await test.step('Cancel keeps every job', async () => {
+    await removeButton.click();
+    const dialog = page.locator('.jp-Dialog');
+    await expect(dialog).toContainText(/Remove \d+ finished jobs\?/);
+    await dialog.locator('.jp-mod-reject').click();
+    await expect(dialog).toHaveCount(0);
+    const ids = (await listJobs(page)).map(j => j.id);
+    expect(ids).toEqual(expect.arrayContaining([shortA.id, shortB.id, long.id]));
+  });
+
+  await test.step('Remove asks, then the finished jobs leave the list', async () => {
+    await removeButton.click();
+    await page.locator('.jp-Dialog .jp-mod-accept').click();
+    await expect(row(shortA.id)).toHaveCount(0, { timeout: 30000 });
+    await expect(row(shortB.id)).toHaveCount(0);
+    await expect(row(long.id)).toHaveAttribute('data-state', 'running');
+    const jobs = await listJobs(page);
+    expect(jobs.map(j => j.id)).toEqual([long.id]);
+    await expect(removeButton).toBeDisabled();
+  });
+
+  await test.step('the running job is then stopped', async () => {
+    await row(long.id).locator('button[data-action="stop"]').click();
+    await page.locator('.jp-Dialog .jp-mod-accept').click();
+    await expect(row(long.id)).toHaveAttribute('data-state', 'stopped', { timeout: 60000 });
+    await expect(removeButton).toBeEnabled();
+    await expect.poll(() => processesMentioning(long.id), { timeout: 30000 }).toEqual([]);
   });
 });
