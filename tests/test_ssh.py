@@ -16,7 +16,7 @@ from pathlib import Path
 
 import psutil
 import pytest
-from conftest import wait_for
+from conftest import fault_row, wait_for
 from jobscan import left_after
 from jobscan import processes_naming as job_processes
 from multihost import SSH_PORT, SshCluster, ssh_cluster
@@ -457,6 +457,7 @@ def test_a_host_with_an_agent_of_another_version_is_refused_in_one_line(
     message = _refused(cluster, jobs_root, remote_python=old)
     assert "host 10.232.0.12 runs an older jupyter_distrain (agent protocol 1)" in message
     assert "\n" not in message and "Traceback" not in message and "usage" not in message
+    fault_row("a host of another version (agent protocol 1)", True, "refused", 0)
 
 
 LOOP = "import time\nwhile True:\n    print('step', flush=True)\n    time.sleep(0.2)\n"
@@ -488,7 +489,12 @@ def test_what_a_killed_job_left_on_the_hosts_goes_at_the_next_contact(cluster, j
         )
         assert second.wait(120) == "succeeded"
         assert "second" in second.logs(ProcessId("worker", 1))
-        assert remote_dirs(job.id) == []  # the killed job's directories are gone on both
-        assert (stranger / "owner").read_text() == "another notebook"  # not this notebook's
+        gone = remote_dirs(job.id) == []  # the killed job's directories, on both hosts
+        kept = (stranger / "owner").read_text() == "another notebook"  # not this notebook's
+        left = wait_until_gone(second.id, 15)
+        fault_row(
+            "supervisor, agents SIGKILLed: leftovers on hosts", gone and kept, "removed", len(left)
+        )
+        assert gone and kept and left == []
     finally:
         shutil.rmtree(stranger.parent, ignore_errors=True)
