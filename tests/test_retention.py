@@ -4,6 +4,7 @@ and by age; a running job is never removed, whatever the rule says. Real jobs.""
 from __future__ import annotations
 
 import dataclasses
+import os
 import time
 
 import psutil
@@ -88,3 +89,18 @@ def test_clean_removes_finished_jobs_never_a_running_one(capsys):
     sleeper.stop()
     magics._line_command("clean")
     assert _ids() == set()
+
+
+def test_a_lost_job_of_another_launcher_is_not_kept_by_a_local_pid_that_matches():
+    job = _finished("lost")
+    wait_for(lambda: job.dir.supervisor_alive() is False, 10, what="the supervisor gone")
+    status = job.dir.read_state()
+    rows = [dataclasses.replace(p, state="running", pid=os.getpid()) for p in status.processes]
+    # an ssh job whose supervisor died mid-run: its pids are the hosts', one matching ours
+    job.dir.write_state(
+        dataclasses.replace(status, state="running", launcher="ssh", processes=rows, ended=None)
+    )
+    assert retention.finished_at(job.dir) is not None
+    local = dataclasses.replace(job.dir.read_state(), launcher="local")
+    job.dir.write_state(local)
+    assert retention.finished_at(job.dir) is None  # here a live pid may be the job's

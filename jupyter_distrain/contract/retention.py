@@ -77,7 +77,8 @@ def finished_at(job_dir: JobDir, settle: float = 0.0) -> float | None:
     status = job_dir.read_state()
     if status.done and status.ended:
         return status.ended
-    if any(psutil.pid_exists(pid) for pid in status.pids()):
+    here = status.launcher in ("", "local")  # other launchers' pids are the hosts'
+    if here and any(psutil.pid_exists(pid) for pid in status.pids()):
         return None  # its supervisor died, and something it recorded may still run
     try:
         return job_dir.state_file.stat().st_mtime
