@@ -32,7 +32,7 @@ from jupyter_distrain.contract.process import ProcessId
 from jupyter_distrain.contract.spec import JobSpec, SpecError
 from jupyter_distrain.contract.store import list_job_dirs
 from jupyter_distrain.launchers.agent.host import PROTOCOL
-from jupyter_distrain.launchers.ssh.launcher import REMOTE_ROOT
+from jupyter_distrain.launchers.ssh.preflight import REMOTE_ROOT
 from jupyter_distrain.launchers.ssh.session import SshOptions
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="network namespaces need root")

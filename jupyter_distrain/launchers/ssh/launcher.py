@@ -1,9 +1,9 @@
 """SSH launcher: the job's processes on other hosts, over OpenSSH with passwordless keys.
 
-At submit (in the notebook) every host is checked in parallel (``preflight``): ssh
-reaches it with a known host key, its Python imports this package and the backend's
-libraries, and the address the connection arrived on names the interface the job
-uses there (``--network-interface`` forces one). Nothing starts unless all pass.
+At submit (in the notebook) every host is checked in parallel (:mod:`.preflight`):
+nothing starts unless all pass. Each process's handle is in :mod:`.handles`, Horovod
+over MPI in :mod:`.mpi`, what comes back from the hosts at the end in
+:mod:`.bring_back`.
 
 Each process runs under one ssh connection that runs the remote agent
 (:mod:`jupyter_distrain.launchers.agent`): the process's output comes back on the connection
@@ -18,201 +18,30 @@ the process tree on its host when its connection ends or goes silent.
 from __future__ import annotations
 
 import dataclasses
-import ipaddress
-import json
 import logging
-import os
-import re
 import secrets
-import shlex
 import shutil
 import subprocess
 import sys
-import tempfile
-import threading
 import time
 from pathlib import Path
 from typing import Any
 
-from ... import __version__
 from ...contract.cellcheck import uses_horovod_elastic
-from ...contract.process import HOST_PLACEHOLDER, Env, ProcessId
+from ...contract.process import Env
 from ...contract.spec import JobSpec, SpecError
-from ...contract.store import jobs_root, runtime_dir
-from ...processes import die_with_parent
-from ..agent.client import (
-    HANG_UP_SECONDS,
-    AgentClient,
-    job_files_archive,
-    live_job_ids,
-    notebook_id,
-)
-from ..agent.delivery import Delivery, PipeStream, Received, result_slots
-from ..agent.host import JOBS_ROOT, PROTOCOL
+from ...contract.store import runtime_dir
+from ..agent.client import HANG_UP_SECONDS, job_files_archive, notebook_id
+from ..agent.delivery import Delivery, result_slots
 from ..base import LaunchedProcess, Launcher, LauncherOption, ProcessSpec, Slot, in_range, matching
-from ..handles import LocalProcess
 from ..limits import thread_env
-from .hosts import parse_hosts
-from .session import RemoteError, SshOptions, explain, on_each
+from .bring_back import bring_back
+from .handles import RemoteRank, SshProcess
+from .mpi import start_mpirun
+from .preflight import RemoteHost, preflight, remote_socket
+from .session import RemoteError, SshOptions, on_each
 
 log = logging.getLogger(__name__)
-_TAG_RE = re.compile(rb"\[\d+,(\d+)\]<std(?:out|err)>:")  # mpirun --tag-output
-# what argparse says when an agent of another version does not know a command or option
-_USAGE_RE = re.compile(r": error: (argument |unrecognized arguments|the following arguments)")
-
-REMOTE_ROOT = JOBS_ROOT  # under the remote user's home
-FINISH_SECONDS = 30.0  # with nothing coming back from a host, its files stay there
-FINISH_TOTAL_SECONDS = 3600.0  # the longest one host's files may take to come back
-MAX_SOCKET_BYTES = 107  # a Unix socket's path: sun_path holds 108 bytes, the last a NUL
-MOST_STARTS = 999_999  # the longest start count in a socket's name (restarts included)
-
-
-@dataclasses.dataclass(frozen=True)
-class RemoteHost:
-    """A host as the pre-flight found it."""
-
-    name: str  # as named on --hosts
-    slots: int
-    address: str  # where the other hosts reach it
-    iface: str
-    home: str
-    driver: str  # where it reached us from (this machine's address on that network)
-    ports: list[int]
-    hostname: str = ""  # the host's own name
-    network: str = ""  # the address's network, CIDR
-    orted: str = ""  # OpenMPI's daemon there, if any
-
-    def directory(self, job_id: str) -> str:
-        """The job's private directory on this host, named by the host's own name (so
-        distinct even when hosts share a file system, and the same template for all)."""
-        return f"{self.home}/{REMOTE_ROOT}/{job_id}/{self.hostname}"
-
-
-def remote_socket(directory: str, start: int, channel: str) -> str:
-    """Where the launcher's ``start``-th process finds the supervisor's ``channel``
-    ("control", "metrics") on its host: a socket ssh forwards there (``-R``)."""
-    return f"{directory}/{start}-{channel}.sock"
-
-
-def _socket_problem(spec: JobSpec, name: str, info: dict[str, Any]) -> str:
-    """Why the job's sockets cannot be made on ``name`` (too long a path), or ""."""
-    job_id = f"{spec.name}-{'0' * 6}"  # as long as JobDir.create's: the name, 6 hex digits
-    where = RemoteHost(name, 1, "", "", info["home"], "", [], info["name"]).directory(job_id)
-    longest = len(remote_socket(where, MOST_STARTS, "control").encode())
-    if longest <= MAX_SOCKET_BYTES:
-        return ""
-    return (
-        f"host {name}: the job's sockets there ({where}/...) would have paths of up to "
-        f"{longest} bytes, over the 108 a Unix socket's path may have (use a shorter --name)"
-    )
-
-
-def job_directory_template(job_id: str) -> str:
-    """:meth:`RemoteHost.directory` as every host completes it (for mpirun's ranks)."""
-    return f"~/{REMOTE_ROOT}/{job_id}/{HOST_PLACEHOLDER}"
-
-
-def preflight(spec: JobSpec, processes: int, python: str) -> list[RemoteHost]:
-    """Check every host in parallel; one :class:`SpecError` naming each that fails."""
-    given = SshLauncher.option_values(spec)
-    hosts = parse_hosts(given["hosts"])
-    capacity = sum(h.slots for h in hosts)
-    if processes > capacity:
-        raise SpecError(
-            f"--hosts offer {capacity} slots; the job needs {processes} processes "
-            f"(--workers {spec.workers}" + (f" --ps {spec.ps})" if spec.ps else ")")
-        )
-    options = SshOptions.of(given, spec.python or python)
-    args = ["preflight", "--backend", spec.backend, "--interface", given["network_interface"]]
-    args.append("--leftovers")
-    root = jobs_root()
-    claims = json.dumps({"notebook": notebook_id(root), "live": live_job_ids(root)}).encode()
-
-    def check(name: str) -> dict[str, Any]:
-        slots = next(h.slots for h in hosts if h.name == name)
-        try:
-            out = options.run(name, [*args, "--ports", str(slots + 2)], claims, spec.timeout)
-        except RemoteError as exc:
-            if _USAGE_RE.search(str(exc)):  # an older agent: it knows no --leftovers
-                raise RemoteError(_other_version(name, {})) from None
-            raise
-        try:
-            info = json.loads(out.decode().strip().splitlines()[-1])
-        except (ValueError, IndexError):
-            raise RemoteError(f"host {name}: the agent answered {out[:200]!r}") from None
-        if not isinstance(info, dict) or info.get("protocol") != PROTOCOL:
-            raise RemoteError(_other_version(name, info if isinstance(info, dict) else {}))
-        if info.get("removed"):
-            log.info(
-                "host %s: removed what jobs that are over left there: %s",
-                name,
-                ", ".join(info["removed"]),
-            )
-        return info
-
-    found = on_each([h.name for h in hosts], check)
-    problems = [str(f) for f in found if isinstance(f, RemoteError)]
-    checked = [(h, i) for h, i in zip(hosts, found, strict=True) if isinstance(i, dict)]
-    for host, info in checked:
-        problems += _problems(spec, host.name, info, len(hosts))
-    names = [info["name"] for _, info in checked]
-    for host, info in checked:
-        if names.count(info["name"]) > 1:
-            problems.append(f"host {host.name}: another host has its name {info['name']!r}")
-    if problems:
-        raise SpecError("--hosts: " + "; ".join(problems))
-    return [
-        RemoteHost(
-            h.name,
-            h.slots,
-            i["address"],
-            i["iface"],
-            i["home"],
-            i["driver"],
-            i.get("ports", []),
-            i["name"],
-            i.get("network", ""),
-            i.get("orted", ""),
-        )
-        for h, i in checked
-    ]
-
-
-def _other_version(name: str, info: dict[str, Any]) -> str:
-    """The line refusing host ``name`` whose agent (as its pre-flight ``info`` says, {}
-    when it did not understand the question) speaks another protocol."""
-    theirs = (
-        f"jupyter_distrain {info['version']}" if "version" in info else "an older jupyter_distrain"
-    )
-    return (
-        f"host {name} runs {theirs} (agent protocol {info.get('protocol', 1)}), this notebook "
-        f"{__version__} (protocol {PROTOCOL}): install the same version there"
-    )
-
-
-def _problems(spec: JobSpec, name: str, info: dict[str, Any], hosts: int) -> list[str]:
-    """What stops ``name`` (as its pre-flight found it) from running the job."""
-    if not info["backend_ok"]:
-        return [f"host {name}: backend {spec.backend}: {info['backend_why']}"]
-    too_long = _socket_problem(spec, name, info)
-    if too_long:
-        return [too_long]
-    if not info.get("address"):
-        where = (
-            SshLauncher.option_values(spec)["network_interface"] or "the interface ssh arrived on"
-        )
-        return [f"host {name}: no IPv4 address on {where}"]
-    if spec.backend != "horovod" or hosts == 1:
-        return []
-    if spec.controller == "mpi" and not info.get("orted"):
-        return [f"host {name}: --controller mpi needs OpenMPI there (no orted on its PATH)"]
-    if spec.controller == "gloo" and not _routable(info["name_address"]):
-        return [
-            f"host {name}: its name {info['name']!r} resolves to "
-            f"{info['name_address'] or 'nothing'}, which other hosts cannot reach; Horovod's "
-            "Gloo listens there (map the name to the host's address in its /etc/hosts or DNS)"
-        ]
-    return []
 
 
 def _control_dir() -> str:
@@ -224,106 +53,6 @@ def _control_dir() -> str:
         return ""
     path.mkdir(mode=0o700)
     return str(path)
-
-
-def _routable(address: str) -> bool:
-    try:
-        return not ipaddress.ip_address(address).is_loopback
-    except ValueError:
-        return False
-
-
-class SshProcess(LaunchedProcess):
-    """One process on a host (or a host's guard), run by the agent under its own ssh
-    connection; :attr:`agent` talks to the agent over the connection's pipes."""
-
-    def __init__(
-        self,
-        popen: subprocess.Popen[bytes],
-        host: str,
-        log_path: Path,
-        request: dict[str, Any] | None = None,
-    ):
-        assert popen.stdin is not None and popen.stderr is not None
-        self.popen = popen
-        self.host = host
-        self.log_path = log_path
-        self.agent = AgentClient(popen.stdin, popen.stderr, request)
-        self._noted = False  # the log says the connection was lost
-
-    @property
-    def pid(self) -> int:  # type: ignore[override]
-        return self.agent.pid
-
-    @property
-    def create_time(self) -> float | None:  # type: ignore[override]
-        return self.agent.create_time if self.agent.pid else None
-
-    def _code(self) -> int:
-        self.agent.wait_ended(HANG_UP_SECONDS)
-        if self.agent.exit_code is None:
-            self._note_lost()
-        return self.agent.outcome()
-
-    def _note_lost(self) -> None:
-        """Say in the process's log why it ended without an exit code: the connection."""
-        if self._noted:
-            return
-        self._noted = True
-        said = self.agent.said(f"ssh exited with {self.popen.returncode}")
-        with open(self.log_path, "a") as log_file:
-            log_file.write(f"\njupyter_distrain: lost the connection to host {self.host}: {said}\n")
-
-    def wait(self) -> int:
-        self.popen.wait()
-        return self._code()
-
-    def poll(self) -> int | None:
-        if self.popen.poll() is None:
-            return None
-        return self._code()
-
-    def signal(self, sig: int, tree: bool = False) -> None:
-        self.agent.signal(sig, tree)
-
-    def memory_bytes(self) -> int:
-        return self.agent.rss
-
-    def hang_up(self) -> None:
-        """End the connection (the agent then kills whatever is left on its host)."""
-        self.agent.hang_up()
-
-    def wait_closed(self, seconds: float) -> None:
-        """Wait for ssh to end after :meth:`hang_up`; kill it when it does not."""
-        try:
-            self.popen.wait(seconds)
-        except subprocess.TimeoutExpired:
-            self.popen.kill()
-            self.popen.wait()
-
-
-class RemoteRank(LaunchedProcess):
-    """One of mpirun's ranks on a host: it reports its own exit (bye) and lives no
-    longer than mpirun; signals go through the host's guard session."""
-
-    def __init__(self, pid: int, host: str, guard: SshProcess, mpirun: LaunchedProcess):
-        self.pid = pid
-        self.host = host
-        self.guard = guard
-        self.mpirun = mpirun
-
-    def poll(self) -> int | None:
-        return None if self.mpirun.poll() is None else 0
-
-    def wait(self) -> int:
-        self.mpirun.wait()
-        return 0
-
-    def signal(self, sig: int, tree: bool = False) -> None:
-        self.guard.agent.kill(self.pid, sig)
-
-    def memory_bytes(self) -> int:
-        return 0  # not measured on the host (mpirun's ranks): --memory does not apply
 
 
 class SshLauncher(Launcher):
@@ -399,7 +128,7 @@ class SshLauncher(Launcher):
             )
         if not cls.option_values(spec)["hosts"]:
             raise SpecError("--launcher ssh needs --hosts host:slots,... (or a hostfile)")
-        hosts = preflight(spec, processes, sys.executable)
+        hosts = preflight(spec, cls.option_values(spec), processes, sys.executable)
         return dataclasses.replace(spec, placement=[dataclasses.asdict(h) for h in hosts])
 
     @classmethod
@@ -470,7 +199,8 @@ class SshLauncher(Launcher):
     def start(self, proc: ProcessSpec, log_path: Path) -> LaunchedProcess:
         self._result_hosts.update(slot.host for slot in result_slots(proc))
         if proc.hosts:  # mpirun: here, starting the ranks over ssh itself
-            self._mpirun = self._start_mpirun(proc, log_path)
+            argv = self._remote_argv(proc.argv)
+            self._mpirun = start_mpirun(self, self.options, self.hosts, proc, argv, log_path)
             return self._mpirun
         assert proc.slot is not None, "every process of an ssh job has a slot"
         name = proc.slot.host
@@ -519,59 +249,6 @@ class SshLauncher(Launcher):
         local = self.spec.python or sys.executable
         return [self.options.python if arg == local else arg for arg in argv]
 
-    def _start_mpirun(self, proc: ProcessSpec, log_path: Path) -> LaunchedProcess:
-        """mpirun here; it starts OpenMPI's daemon on each host over ssh (the same
-        options: port, key, known hosts), which starts the ranks. Every rank gets the
-        same environment, so the job directory is a template each host completes."""
-        template = job_directory_template(self.job.id)
-        env = {**os.environ, **thread_env(self.spec.cpu), **self.spec.env, **proc.env}
-        env[Env.JOB_DIR] = template
-        env[Env.CONTROL] = f"unix:{template}/control.sock"
-        env[Env.METRICS] = f"ipc://{template}/metrics.sock"
-        env[Env.RANK_OUTPUT] = "mpirun"
-        networks = ",".join(sorted({h.network for h in self.hosts}))
-        argv = self._remote_argv(proc.argv)
-        argv[1:1] = [
-            *("--mca", "plm_rsh_agent", "ssh", "--mca", "plm_rsh_no_tree_spawn", "1"),
-            *("--mca", "plm_rsh_args", shlex.join(self.options.rsh_options())),
-            *("--mca", "oob_tcp_if_include", networks),
-            *("--mca", "btl_tcp_if_include", networks),
-            *("-x", Env.RANK_OUTPUT, "--tag-output"),
-        ]
-        popen = subprocess.Popen(
-            argv,
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            env=env,
-            start_new_session=True,
-            preexec_fn=die_with_parent,
-        )
-        threading.Thread(target=self._sort_output, args=(popen, log_path), daemon=True).start()
-        return LocalProcess(popen)
-
-    def _sort_output(self, popen: subprocess.Popen[bytes], log_path: Path) -> None:
-        """Each rank's output (mpirun tags every chunk a rank writes, several chunks may
-        share a line) into that rank's log; the rest into mpirun's own."""
-        assert popen.stdout is not None
-        logs: dict[Path, Any] = {}
-
-        def write(path: Path, data: bytes) -> None:
-            if path not in logs:
-                logs[path] = open(path, "ab", buffering=0)  # noqa: SIM115
-            logs[path].write(data)
-
-        try:
-            for line in popen.stdout:
-                untagged, *tagged = _TAG_RE.split(line)
-                if untagged:
-                    write(log_path, untagged)
-                for rank, chunk in zip(tagged[::2], tagged[1::2], strict=True):
-                    write(self.job.log_file(ProcessId("worker", int(rank))), chunk)
-        finally:
-            for file in logs.values():
-                file.close()
-
     def adopt(self, pid: int, host: str) -> LaunchedProcess | None:
         """One of mpirun's ranks, by its pid on the host that calls itself ``host``."""
         for remote in self.hosts:
@@ -590,7 +267,12 @@ class SshLauncher(Launcher):
         self.sweep()
         delivery = Delivery(self.job.path, self.warn)
         names = sorted(self._unpacked)
-        failures = on_each(names, lambda name: self._finish(name, delivery))
+        failures = on_each(
+            names,
+            lambda name: bring_back(
+                self.options, name, self._directory(name), delivery, name in self._result_hosts
+            ),
+        )
         for failure in failures:
             if failure is not None:
                 self.warn(str(failure))
@@ -598,47 +280,3 @@ class SshLauncher(Launcher):
         self._unpacked.clear()
         if self._control_dir:
             shutil.rmtree(self._control_dir, ignore_errors=True)
-
-    def _finish(self, name: str, delivery: Delivery) -> None:
-        """Bring back what the job produced on ``name`` (rank 0's result, checkpoints:
-        what :mod:`..agent.delivery` accepts), streamed; the job's directory there is
-        removed only once that is stored here."""
-        directory = self._directory(name)
-        try:
-            received = self._receive(name, directory, delivery)
-        except OSError as exc:  # no ssh to start (EAGAIN, EMFILE)
-            received = Received(f"host {name}", problem=f"cannot run ssh: {exc}")
-        if not received.complete:
-            raise RemoteError(
-                f"host {name}: what the job produced there was not brought back "
-                f"({received.problem}); it stays there in {directory}"
-            )
-        self.options.run(name, ["remove", directory])
-
-    def _receive(self, name: str, directory: str, delivery: Delivery) -> Received:
-        """The agent's ``send`` on ``name``, read into ``delivery`` as it comes."""
-        argv = self.options.ssh_argv(name, self.options.agent("send", directory))
-        with (
-            tempfile.TemporaryFile() as errors,
-            subprocess.Popen(
-                argv,
-                stdin=subprocess.DEVNULL,
-                stdout=subprocess.PIPE,
-                stderr=errors,
-                start_new_session=True,
-            ) as ssh,
-        ):
-
-            def ended() -> None:  # the archive's end: did the agent send all of it?
-                code = ssh.wait(HANG_UP_SECONDS)
-                if code != 0:
-                    errors.seek(0)
-                    said = explain(name, code, errors.read().decode(errors="replace"), self.options)
-                    raise RemoteError(said.removeprefix(f"host {name}: "))
-
-            assert ssh.stdout is not None
-            stream = PipeStream(ssh.stdout, FINISH_SECONDS, FINISH_TOTAL_SECONDS, ended)
-            received = delivery.receive(f"host {name}", stream, name in self._result_hosts)
-            if ssh.poll() is None:
-                ssh.kill()
-        return received

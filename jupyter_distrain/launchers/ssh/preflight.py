@@ -1,0 +1,183 @@
+"""The ssh launcher's pre-flight, at submit in the notebook: every host checked in
+parallel (ssh reaches it with a known host key, its agent speaks this version's
+protocol, its Python imports this package and the backend's libraries, the address the
+connection arrived on names the interface the job uses there, the job's socket paths
+fit); what it finds is a :class:`RemoteHost` per host, stored in the spec's placement.
+Each contact also removes what dead jobs of this notebook left on the host."""
+
+from __future__ import annotations
+
+import dataclasses
+import ipaddress
+import json
+import logging
+import re
+from typing import Any
+
+from ... import __version__
+from ...contract.spec import JobSpec, SpecError
+from ...contract.store import jobs_root
+from ..agent.client import live_job_ids, notebook_id
+from ..agent.host import JOBS_ROOT, PROTOCOL
+from .hosts import parse_hosts
+from .session import RemoteError, SshOptions, on_each
+
+log = logging.getLogger(__name__)
+REMOTE_ROOT = JOBS_ROOT  # under the remote user's home
+# what argparse says when an agent of another version does not know a command or option
+_USAGE_RE = re.compile(r": error: (argument |unrecognized arguments|the following arguments)")
+
+MAX_SOCKET_BYTES = 107  # a Unix socket's path: sun_path holds 108 bytes, the last a NUL
+MOST_STARTS = 999_999  # the longest start count in a socket's name (restarts included)
+
+
+@dataclasses.dataclass(frozen=True)
+class RemoteHost:
+    """A host as the pre-flight found it."""
+
+    name: str  # as named on --hosts
+    slots: int
+    address: str  # where the other hosts reach it
+    iface: str
+    home: str
+    driver: str  # where it reached us from (this machine's address on that network)
+    ports: list[int]
+    hostname: str = ""  # the host's own name
+    network: str = ""  # the address's network, CIDR
+    orted: str = ""  # OpenMPI's daemon there, if any
+
+    def directory(self, job_id: str) -> str:
+        """The job's private directory on this host, named by the host's own name (so
+        distinct even when hosts share a file system, and the same template for all)."""
+        return f"{self.home}/{REMOTE_ROOT}/{job_id}/{self.hostname}"
+
+
+def remote_socket(directory: str, start: int, channel: str) -> str:
+    """Where the launcher's ``start``-th process finds the supervisor's ``channel``
+    ("control", "metrics") on its host: a socket ssh forwards there (``-R``)."""
+    return f"{directory}/{start}-{channel}.sock"
+
+
+def _socket_problem(spec: JobSpec, name: str, info: dict[str, Any]) -> str:
+    """Why the job's sockets cannot be made on ``name`` (too long a path), or ""."""
+    job_id = f"{spec.name}-{'0' * 6}"  # as long as JobDir.create's: the name, 6 hex digits
+    where = RemoteHost(name, 1, "", "", info["home"], "", [], info["name"]).directory(job_id)
+    longest = len(remote_socket(where, MOST_STARTS, "control").encode())
+    if longest <= MAX_SOCKET_BYTES:
+        return ""
+    return (
+        f"host {name}: the job's sockets there ({where}/...) would have paths of up to "
+        f"{longest} bytes, over the 108 a Unix socket's path may have (use a shorter --name)"
+    )
+
+
+def preflight(
+    spec: JobSpec, given: dict[str, Any], processes: int, python: str
+) -> list[RemoteHost]:
+    """Check every host in parallel (``given``: the ssh launcher's options); one
+    :class:`SpecError` naming each that fails."""
+    hosts = parse_hosts(given["hosts"])
+    capacity = sum(h.slots for h in hosts)
+    if processes > capacity:
+        raise SpecError(
+            f"--hosts offer {capacity} slots; the job needs {processes} processes "
+            f"(--workers {spec.workers}" + (f" --ps {spec.ps})" if spec.ps else ")")
+        )
+    options = SshOptions.of(given, spec.python or python)
+    args = ["preflight", "--backend", spec.backend, "--interface", given["network_interface"]]
+    args.append("--leftovers")
+    root = jobs_root()
+    claims = json.dumps({"notebook": notebook_id(root), "live": live_job_ids(root)}).encode()
+
+    def check(name: str) -> dict[str, Any]:
+        slots = next(h.slots for h in hosts if h.name == name)
+        try:
+            out = options.run(name, [*args, "--ports", str(slots + 2)], claims, spec.timeout)
+        except RemoteError as exc:
+            if _USAGE_RE.search(str(exc)):  # an older agent: it knows no --leftovers
+                raise RemoteError(_other_version(name, {})) from None
+            raise
+        try:
+            info = json.loads(out.decode().strip().splitlines()[-1])
+        except (ValueError, IndexError):
+            raise RemoteError(f"host {name}: the agent answered {out[:200]!r}") from None
+        if not isinstance(info, dict) or info.get("protocol") != PROTOCOL:
+            raise RemoteError(_other_version(name, info if isinstance(info, dict) else {}))
+        if info.get("removed"):
+            log.info(
+                "host %s: removed what jobs that are over left there: %s",
+                name,
+                ", ".join(info["removed"]),
+            )
+        return info
+
+    found = on_each([h.name for h in hosts], check)
+    problems = [str(f) for f in found if isinstance(f, RemoteError)]
+    checked = [(h, i) for h, i in zip(hosts, found, strict=True) if isinstance(i, dict)]
+    for host, info in checked:
+        problems += _problems(spec, given, host.name, info, len(hosts))
+    names = [info["name"] for _, info in checked]
+    for host, info in checked:
+        if names.count(info["name"]) > 1:
+            problems.append(f"host {host.name}: another host has its name {info['name']!r}")
+    if problems:
+        raise SpecError("--hosts: " + "; ".join(problems))
+    return [
+        RemoteHost(
+            h.name,
+            h.slots,
+            i["address"],
+            i["iface"],
+            i["home"],
+            i["driver"],
+            i.get("ports", []),
+            i["name"],
+            i.get("network", ""),
+            i.get("orted", ""),
+        )
+        for h, i in checked
+    ]
+
+
+def _other_version(name: str, info: dict[str, Any]) -> str:
+    """The line refusing host ``name`` whose agent (as its pre-flight ``info`` says, {}
+    when it did not understand the question) speaks another protocol."""
+    theirs = (
+        f"jupyter_distrain {info['version']}" if "version" in info else "an older jupyter_distrain"
+    )
+    return (
+        f"host {name} runs {theirs} (agent protocol {info.get('protocol', 1)}), this notebook "
+        f"{__version__} (protocol {PROTOCOL}): install the same version there"
+    )
+
+
+def _problems(
+    spec: JobSpec, given: dict[str, Any], name: str, info: dict[str, Any], hosts: int
+) -> list[str]:
+    """What stops ``name`` (as its pre-flight found it) from running the job."""
+    if not info["backend_ok"]:
+        return [f"host {name}: backend {spec.backend}: {info['backend_why']}"]
+    too_long = _socket_problem(spec, name, info)
+    if too_long:
+        return [too_long]
+    if not info.get("address"):
+        where = given["network_interface"] or "the interface ssh arrived on"
+        return [f"host {name}: no IPv4 address on {where}"]
+    if spec.backend != "horovod" or hosts == 1:
+        return []
+    if spec.controller == "mpi" and not info.get("orted"):
+        return [f"host {name}: --controller mpi needs OpenMPI there (no orted on its PATH)"]
+    if spec.controller == "gloo" and not _routable(info["name_address"]):
+        return [
+            f"host {name}: its name {info['name']!r} resolves to "
+            f"{info['name_address'] or 'nothing'}, which other hosts cannot reach; Horovod's "
+            "Gloo listens there (map the name to the host's address in its /etc/hosts or DNS)"
+        ]
+    return []
+
+
+def _routable(address: str) -> bool:
+    try:
+        return not ipaddress.ip_address(address).is_loopback
+    except ValueError:
+        return False
