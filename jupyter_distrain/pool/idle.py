@@ -25,10 +25,12 @@ import threading
 from typing import Any
 
 from ..processes import die_with_parent, outlive_parent
+from ..timing import poll_until
 from . import wire
 from .kinds import PREIMPORTS
 
 CLONE_NEWNET = 0x40000000
+THREADS_END_SECONDS = 2.0  # how long stopped threads may take to be gone
 
 
 def _libc() -> ctypes.CDLL:
@@ -128,7 +130,8 @@ def main(argv: list[str]) -> int:
     sock = socket.socket(fileno=fd)
     imported_env = preimport(kind)
     stop_blas_threads()
-    if other_threads():
+    # a stopped thread leaves /proc/self/task a moment after its shutdown returns
+    if poll_until(lambda: not other_threads(), THREADS_END_SECONDS, 0.02) is False:
         names = sorted({_thread_name(t) for t in other_threads()})
         wire.send(sock, {"off": f"importing {kind} leaves threads running ({', '.join(names)})"})
         return 0
