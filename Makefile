@@ -23,6 +23,13 @@ TF_PACKAGES.pinned  := tensorflow-cpu==2.15.1
 TF_PACKAGES.current := tensorflow-cpu==2.20.0 tf-keras==2.20.1
 HOROVOD.pinned      := $(STAMPS)/horovod
 PYTEST_ARGS.current := -m "not horovod"
+# the second run (current TensorFlow beside the pinned one) leaves out the families that
+# do not depend on TensorFlow's version and start ssh hosts or a Ray cluster: they run
+# once, in the first run (what hosts send back, the agent, kernels submitting at once)
+SECOND_RUN_ARGS := $(PYTEST_ARGS.current) --ignore=tests/test_ssh.py --ignore=tests/test_ray.py \
+  --ignore=tests/test_delivery.py --ignore=tests/test_agent_leftovers.py \
+  --ignore=tests/test_concurrency.py \
+  --deselect tests/test_bench.py::test_bench_runs_over_ssh_on_the_hosts_and_on_a_local_ray
 
 .PHONY: setup demo test test-ui lint clean
 
@@ -78,7 +85,7 @@ test: setup
 ifeq ($(TF),pinned)
 	@echo "== the tests that need no Horovod, on current TensorFlow ($(CURRENT_VENV)) =="
 	$(MAKE) --no-print-directory setup VENV=$(CURRENT_VENV) TF=current
-	$(CURRENT_VENV)/bin/pytest $(PYTEST_ARGS.current)
+	$(CURRENT_VENV)/bin/pytest $(SECOND_RUN_ARGS)
 endif
 	@echo "== the JupyterLab extension: Jest, then Galata in a real JupyterLab (Chromium) =="
 	$(MAKE) --no-print-directory test-ui
