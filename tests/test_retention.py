@@ -55,9 +55,10 @@ def test_submit_keeps_the_newest_finished_jobs_and_every_running_one(monkeypatch
 
 def test_finished_jobs_older_than_the_limit_go_at_the_next_submit(monkeypatch):
     old = _finished("old")
+    # its supervisor may write the state once more on its way out: only then age it
+    wait_for(lambda: old.dir.supervisor_alive() is False, 10, what="the supervisor gone")
     status = old.dir.read_state()
     old.dir.write_state(dataclasses.replace(status, ended=time.time() - 31 * 86400))
-    wait_for(lambda: old.dir.supervisor_alive() is False, 10, what="the supervisor gone")
     recent = _finished("recent")
     assert old.id not in _ids() and recent.id in _ids()
 
