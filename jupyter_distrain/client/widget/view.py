@@ -83,11 +83,6 @@ class JobWidget(widgets.VBox):
         )
         self.refresh(force=True)
 
-    @property
-    def rank_picker(self) -> widgets.Dropdown:
-        """The old name of :attr:`process_picker` (it picks any process, not a rank)."""
-        return self.process_picker
-
     # --- actions -----------------------------------------------------------------
     def _act(self, action: Any, **kwargs: Any) -> None:
         try:
