@@ -13,7 +13,13 @@ import zmq
 from conftest import fault_row, wait_for
 
 from jupyter_distrain.contract import control
-from jupyter_distrain.contract.metrics import Collector, Reporter, seal
+from jupyter_distrain.contract.metrics import (
+    HANDSHAKE_SECONDS,
+    Collector,
+    Reporter,
+    connect_client,
+    seal,
+)
 
 
 @pytest.fixture
@@ -99,7 +105,7 @@ def test_collector_stores_fresh_signed_batches_and_counts_everything_else(tmp_pa
     collector = Collector("job-secret", tmp_path / "metrics.jsonl", seen.append).start()
     ctx = zmq.Context()
     push = ctx.socket(zmq.PUSH)
-    push.connect(collector.address)
+    connect_client(push, collector.address, "job-secret")
     good = b'{"role":"worker","index":0,"step":1}\n{"role":"worker","index":0,"step":2}\n'
     push.send_multipart(seal(b"job-secret", "a", 1, good))
     push.send_multipart(seal(b"job-secret", "a", 1, good))  # replayed
@@ -238,6 +244,56 @@ def test_one_tcp_peer_cannot_take_every_slot(tmp_path):
         wait_for(lambda: _answered(srv.address), 15, what="served")
     finally:
         srv.stop()
+
+
+def test_metrics_peers_without_the_secret_cannot_send_or_hold_connections(tmp_path):
+    """Over TCP the collector is a CURVE server keyed by the job's secret: a sender with
+    another secret delivers nothing, and 40 raw peers that never finish ZeroMQ's
+    handshake are all disconnected after HANDSHAKE_SECONDS while the job's own sender
+    goes on."""
+    collector = Collector("job-secret", tmp_path / "m.jsonl", lambda r: None).start()
+    address = collector.address
+    assert address.startswith("tcp://127.0.0.1:")
+    port = int(address.rsplit(":", 1)[1])
+    ctx = zmq.Context()
+    try:
+        outsider = ctx.socket(zmq.PUSH)
+        outsider.setsockopt(zmq.LINGER, 0)
+        connect_client(outsider, address, "another-secret")
+        outsider.send_multipart(seal(b"job-secret", "x", 1, b'{"step":99}\n'))  # signed, even
+        held = [socket.create_connection(("127.0.0.1", port)) for _ in range(40)]
+        for sock in held:
+            sock.sendall(b"\xff\x00")  # the first bytes of a greeting, then nothing
+        started = time.monotonic()
+        reporter = Reporter(address, "job-secret", {"role": "worker", "index": 0})
+        reporter.report({"step": 1})
+        reporter.flush()
+
+        def steps() -> list[int]:
+            lines = (tmp_path / "m.jsonl").read_text().split()
+            return [r["step"] for r in map(json.loads, lines) if "step" in r]  # not heartbeats
+
+        wait_for(lambda: steps() == [1], 5, what="the job's own record")
+
+        def closed_after(sock: socket.socket) -> float:
+            sock.settimeout(HANDSHAKE_SECONDS + 10)
+            while sock.recv(4096):
+                pass
+            return time.monotonic() - started
+
+        waited = [closed_after(sock) for sock in held]
+        assert max(waited) < HANDSHAKE_SECONDS + 3, waited
+        reporter.report({"step": 2})
+        reporter.close()
+        wait_for(lambda: steps() == [1, 2], 5, what="the job's next record")
+        assert collector.rejected == 0  # the outsider's batch never got through the handshake
+        fault_row("40 slow clients on the metrics channel (tcp)", True, "served", 0)
+    finally:
+        outsider.close()
+        for sock in held:
+            sock.close()
+        collector.stop()
+        ctx.term()
 
 
 SLEEPER = """\

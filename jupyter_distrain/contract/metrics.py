@@ -12,6 +12,13 @@ A record names its process with ``role`` and ``index`` (see ``contract``):
 ``{"role", "index", "step", "time", "images", "images_per_sec", "loss",
 "total_steps", ...extra scalars}``; a heartbeat is ``{"role", "index", "time",
 "heartbeat": true}``.
+
+Over TCP (ssh and Ray jobs, whose channels the cluster network reaches) the socket is
+also a CURVE server whose key pair is derived from the job's secret
+(:func:`server_keys`): a peer that does not hold the secret cannot complete ZeroMQ's
+handshake, and a connection whose handshake is not done within
+:data:`HANDSHAKE_SECONDS` is closed, so nobody outside the job can hold connections
+open (the control channel has its own deadlines and per-peer limits).
 """
 
 from __future__ import annotations
@@ -31,6 +38,7 @@ from pathlib import Path
 from typing import Any
 
 import zmq
+import zmq.utils.z85
 
 from .process import WorkerChannels, identity_from
 
@@ -43,6 +51,28 @@ BATCH_RECORDS = 512  # flush early past this many records
 
 MAX_MESSAGE_BYTES = 4 * 2**20  # a batch of BATCH_RECORDS records is ~100 KB
 MAX_SENDERS = 10_000
+HANDSHAKE_SECONDS = 5.0  # a TCP peer that has not authenticated by then is dropped
+
+
+def server_keys(secret: str) -> tuple[bytes, bytes]:
+    """The CURVE (public, secret) key pair of a job's metrics socket, in Z85, derived from
+    the job's secret: every process holding the secret knows the server's public key."""
+    seed = hashlib.sha256(b"jupyter_distrain metrics curve\0" + secret.encode()).digest()
+    secret_key = zmq.utils.z85.encode(seed)
+    return zmq.curve_public(secret_key), secret_key
+
+
+def _curve(endpoint: str) -> bool:
+    return endpoint.startswith("tcp://")
+
+
+def connect_client(sock: zmq.Socket, address: str, secret: str) -> None:
+    """Connect ``sock`` to the collector at ``address`` as a client of the job holding
+    ``secret`` (a CURVE client over TCP, with a key pair of its own)."""
+    if _curve(address):
+        sock.curve_serverkey = server_keys(secret)[0]
+        sock.curve_publickey, sock.curve_secretkey = zmq.curve_keypair()
+    sock.connect(address)
 
 
 def signature(secret: bytes, header: bytes, payload: bytes) -> bytes:
@@ -82,6 +112,10 @@ class Collector:
         self._sock = self._ctx.socket(zmq.PULL)
         self._sock.setsockopt(zmq.LINGER, 0)
         self._sock.setsockopt(zmq.MAXMSGSIZE, MAX_MESSAGE_BYTES)
+        if _curve(endpoint):
+            self._sock.curve_server = True
+            self._sock.curve_secretkey = server_keys(secret)[1]
+            self._sock.setsockopt(zmq.HANDSHAKE_IVL, int(HANDSHAKE_SECONDS * 1000))
         if endpoint.startswith("tcp://") and endpoint.count(":") == 1:
             port = self._sock.bind_to_random_port(endpoint)
             self.address = f"{endpoint}:{port}"
@@ -189,7 +223,7 @@ class Reporter:
         self._sock = self._ctx.socket(zmq.PUSH)
         self._sock.setsockopt(zmq.LINGER, 2000)  # at exit, wait up to 2 s to deliver
         self._sock.setsockopt(zmq.SNDHWM, 0)  # never drop: block instead
-        self._sock.connect(address)
+        connect_client(self._sock, address, secret)
         self._last_sent = 0.0
         self._closed = False
         self._wake = threading.Event()
