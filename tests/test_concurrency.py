@@ -105,9 +105,11 @@ def test_four_kernels_submitting_at_once_each_get_their_own_processes(
     jobs["k0"].scale(3)
     assert jobs["k1"].stop() == "stopped"
     scaled = poll_until(
-        lambda: jobs["k0"].status().generation == 1
-        and jobs["k0"].status().state == "running"
-        and len(_pids(jobs["k0"])) == 3,
+        lambda: (
+            jobs["k0"].status().generation == 1
+            and jobs["k0"].status().state == "running"
+            and len(_pids(jobs["k0"])) == 3
+        ),
         120,
         0.3,
     )

@@ -32,9 +32,7 @@ def test_a_stopped_tf_worker_leaves_its_autograph_files_in_the_job_not_in_tmp(jo
     before = set(Path(tempfile.gettempdir()).glob(GLOB))
     job = submit(JobSpec(code=AUTOGRAPHED, workers=2, backend="tf"))
     log = job.dir.log_file(ProcessId("worker", 1))
-    assert poll_until(lambda: log.exists() and "value 3.0" in log.read_text(), 120, 0.2), (
-        job.logs()
-    )
+    assert poll_until(lambda: log.exists() and "value 3.0" in log.read_text(), 120, 0.2), job.logs()
     assert job.stop() == "stopped"  # SIGTERM: no atexit, so TensorFlow removes nothing
     assert set(Path(tempfile.gettempdir()).glob(GLOB)) - before == set()
     own = job.dir.path / "tmp" / "worker-1"
