@@ -135,6 +135,46 @@ def test_the_job_secret_is_not_in_the_workers_environment(jobs_root):
     assert "JUPYTER_DISTRAIN_JOB_DIR" in text and secret not in text and "SECRET" not in text
 
 
+HANDED_READER = """\
+import os, subprocess, sys
+from jupyter_distrain.contract.process import WorkerChannels
+from jupyter_distrain.contract.store import JobDir
+channels = WorkerChannels.from_env()
+print(channels.secret, JobDir(channels.job_dir).read_pushed())
+print("again", WorkerChannels.from_env().secret)  # read once, the same after
+print("child sees", subprocess.run([sys.executable, "-c", "import os; print(sorted(os.environ))"],
+      capture_output=True, text=True).stdout.count("HANDOFF"), os.environ.get("JUPYTER_DISTRAIN_HANDOFF_FD"))
+"""
+
+
+def test_what_the_agent_hands_a_process_in_memory_is_read_once_and_not_inherited(tmp_path):
+    """The host agent's ``handoff`` (what a Ray node's process gets instead of the
+    ``control`` and ``push.pkl`` files): the process reads the secret and the pushed
+    values from the memory file, with no such file in its job directory; its own
+    children see neither the descriptor's name nor the descriptor."""
+    import pickle
+
+    from jupyter_distrain.contract.handoff import Handoff
+    from jupyter_distrain.launchers.agent.client import AgentClient
+
+    job = tmp_path / "slot"
+    job.mkdir(mode=0o700)
+    handed = Handoff("handed-secret", pickle.dumps({"lr": 0.5})).fields()
+    request = {"argv": [sys.executable, "-c", HANDED_READER], "env": {Env.JOB_DIR: str(job)}}
+    agent = subprocess.Popen(
+        [sys.executable, "-m", "jupyter_distrain.launchers.agent", "run", str(job)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    client = AgentClient(agent.stdin, agent.stderr, {**request, "handoff": handed})
+    assert client.wait_ended(60) and client.outcome() == 0, client.said("")
+    lines = agent.stdout.read().decode().splitlines()
+    agent.wait(10)
+    assert lines == ["handed-secret {'lr': 0.5}", "again handed-secret", "child sees 0 None"]
+    assert sorted(p.name for p in job.iterdir()) == []  # no control, no push.pkl
+
+
 def test_one_corrupt_state_file_breaks_no_listing(jobs_root):
     good = JobDir.create(JobSpec(code="", name="good"))
     bad = JobDir.create(JobSpec(code="", name="bad"))

@@ -8,6 +8,7 @@ group or directory anywhere."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -21,6 +22,13 @@ import pytest
 from conftest import wait_for
 from jobscan import left_after
 from jobscan import processes_naming as job_processes
+from netprobe import (
+    interfaces_of,
+    listening_sockets,
+    network_namespace,
+    other_host_namespace,
+    port_open,
+)
 from raycluster import HEAD_ADDRESS, QUIET_RAY, RayCluster, ray_cluster
 from test_tf_backends import SEED_PROGRAM
 
@@ -123,10 +131,24 @@ for step in range(12):
 """
 
 
+def listening(processes: list[psutil.Process]) -> dict[str, list[tuple[str, int]]]:
+    """The TCP addresses each process listens on (read in its own network namespace)."""
+    found: dict[str, list[tuple[str, int]]] = {}
+    for proc in processes:
+        with contextlib.suppress(psutil.Error):
+            sockets = listening_sockets(proc.pid)
+            if sockets:
+                found[f"{proc.name()} {proc.pid}"] = sockets
+    return found
+
+
 def test_without_an_address_or_a_running_ray_the_job_starts_a_local_one(
     jobs_root, tmp_path, monkeypatch
 ):
-    """Runs before the cluster exists. The local Ray the supervisor starts goes with it."""
+    """Runs before the cluster exists. The local Ray the supervisor starts is reachable
+    from this machine only (from another network namespace no port of it answers, and
+    every process of it listens on loopback), and goes with the job, its session
+    directory too."""
     home = tmp_path / "home"
     home.mkdir()
     (home / "ray_bootstrap_config.yaml").write_text("provider:\n  type: local\n")
@@ -135,15 +157,34 @@ def test_without_an_address_or_a_running_ray_the_job_starts_a_local_one(
         monkeypatch.setenv(key, value)
     job = api.submit(JobSpec(code=ENDLESS, workers=2, backend="plain", launcher="ray", cpu=0.5))
     assert "Ray: no running cluster found; the job starts a local one" in job.notes
-    wait_for(lambda: "step 3" in _log(job, 1), 60, what="steps")
-    assert job.dir.read_control().address.startswith("tcp:127.0.0.1:")
+    wait_for(lambda: "step 3" in _log(job, 1), 240, what="steps")  # Ray may start twice
+    assert job.dir.read_control().address.startswith("unix:")
     supervisor = psutil.Process(job.status().supervisor_pid)
     started = supervisor.children(recursive=True)  # the local Ray, the actors, the workers
     assert {"gcs_server", "raylet"} <= {p.name() for p in started}
+    sockets = listening([supervisor, *started])
+    assert sockets, "the local Ray listens on no TCP port"
+    # Ray binds "::" whatever it is told: what keeps it off the network is that every
+    # process of it is in the job's own namespace, where only loopback exists
+    assert {network_namespace(p.pid) for p in started} == {network_namespace(supervisor.pid)}
+    assert network_namespace(supervisor.pid) != network_namespace(os.getpid())
+    assert interfaces_of(supervisor.pid) == ["lo"]
+    sessions = {
+        Path(arg.split("=", 1)[1]).parent.parent  # the job's private directory
+        for p in started
+        if p.name() == "raylet"
+        for arg in p.cmdline()
+        if arg.startswith("--session_dir=")
+    }
+    assert len(sessions) == 1 and all(d.is_dir() for d in sessions), sessions
+    with other_host_namespace() as (ns, address):
+        ports = sorted({port for found in sockets.values() for _, port in found})
+        assert [p for p in ports if port_open(ns, address, p)] == []
     assert job.stop() == "stopped"
     gone, left = psutil.wait_procs(started, timeout=15)
     assert left == [], [p.name() for p in left]
     assert wait_until_gone(job.id, 10) == []
+    assert [d for d in sessions if d.exists()] == []
 
 
 @pytest.mark.horovod
@@ -270,7 +311,21 @@ def test_a_ray_address_that_does_not_answer_is_refused_at_submit(cluster, jobs_r
 
 
 def test_stop_leaves_nothing_on_either_node(cluster, driver, jobs_root):
-    job = api.submit(JobSpec(code=ENDLESS, workers=2, backend="plain", **cluster.options()))
+    """Also: what another job of the cluster (the same OS user) could read in a slot's
+    directory holds neither the job's secret nor the pushed values nor the --env values:
+    they are handed to each process in memory, and the job works with them."""
+    code = 'import os\nprint("pushed", pushed, os.environ["JD_TOKEN"], flush=True)\n' + ENDLESS
+    job = api.submit(
+        JobSpec(
+            code=code,
+            workers=2,
+            backend="plain",
+            push=["pushed"],
+            env={"JD_TOKEN": "env-value-1234"},
+            **cluster.options(),
+        ),
+        namespace={"pushed": "pushed-value-5678"},
+    )
     deadline = time.monotonic() + 60
     while not all(
         job.dir.log_file(ProcessId("worker", i)).exists()
@@ -285,6 +340,20 @@ def test_stop_leaves_nothing_on_either_node(cluster, driver, jobs_root):
     assert len(workers) == 2
     assert {p.address for p in job.status().processes} == NODE_ADDRESSES
     assert len(leftovers(driver, job.id)) == 3  # the group and both actors, seen while alive
+    assert "pushed pushed-value-5678 env-value-1234" in job.logs(ProcessId("worker", 1))
+    secret = job.dir.read_control().secret
+    slots = node_dirs(cluster, job.id)
+    assert len(slots) == 2
+    on_nodes = {
+        path: path.read_bytes()
+        for slot in slots
+        for path in slot.rglob("*")
+        if path.is_file() and "logs" not in path.parts
+    }
+    assert {p.name for p in on_nodes} >= {"spec.json", "train.py"}
+    assert {p.name for p in on_nodes} & {"control", "push.pkl"} == set()
+    for secret_text in (secret, "pushed-value-5678", "env-value-1234"):
+        assert [p for p, data in on_nodes.items() if secret_text.encode() in data] == []
     assert job.stop() == "stopped"
     assert wait_until_gone(job.id, 15) == []
     assert leftovers(driver, job.id) == []

@@ -91,6 +91,8 @@ class Env:
     # the job store's retention rule (user settings; "inf" keeps everything)
     KEEP_JOBS = "JUPYTER_DISTRAIN_KEEP_JOBS"  # finished jobs kept, newest first (200)
     KEEP_DAYS = "JUPYTER_DISTRAIN_KEEP_DAYS"  # days a finished job is kept (30)
+    # the descriptor of what a process is handed in memory (see handoff.py)
+    HANDOFF_FD = "JUPYTER_DISTRAIN_HANDOFF_FD"
 
 
 class Mode:
@@ -164,7 +166,8 @@ class WorkerChannels:
 
     The secret is never in the environment (a subprocess of the cell would inherit
     it, and printing the environment would show it): a worker reads it from the job
-    directory's private control file."""
+    directory's private control file, or from what it was handed in memory (on Ray
+    nodes: :mod:`.handoff`)."""
 
     job_dir: str
     control: str  # unix:/path or tcp:host:port
@@ -180,12 +183,16 @@ class WorkerChannels:
         environ = os.environ if environ is None else environ
         if Env.JOB_DIR not in environ:
             return None
-        control = ControlInfo.read(Path(environ[Env.JOB_DIR]) / CONTROL_FILE)
+        from .handoff import received
+
+        handed = received() if environ is os.environ else None
+        if handed is not None:
+            secret = handed.secret
+        else:
+            control = ControlInfo.read(Path(environ[Env.JOB_DIR]) / CONTROL_FILE)
+            secret = control.secret if control is not None else ""
         return cls(
-            environ[Env.JOB_DIR],
-            environ.get(Env.CONTROL, ""),
-            environ.get(Env.METRICS, ""),
-            control.secret if control is not None else "",
+            environ[Env.JOB_DIR], environ.get(Env.CONTROL, ""), environ.get(Env.METRICS, ""), secret
         )
 
 

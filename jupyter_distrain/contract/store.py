@@ -203,9 +203,15 @@ class JobDir:
             return None
 
     def read_pushed(self) -> dict[str, Any]:
-        """The notebook variables sent with ``--push`` (none when nothing was pushed)."""
+        """The notebook variables sent with ``--push`` (none when nothing was pushed): from
+        what this process was handed in memory, if anything (:mod:`.handoff`)."""
         import pickle
 
+        from .handoff import received
+
+        handed = received()
+        if handed is not None:
+            return pickle.loads(handed.pushed) if handed.pushed else {}
         try:
             with open(self.push_file, "rb") as f:
                 return pickle.load(f)

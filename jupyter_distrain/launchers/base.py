@@ -182,6 +182,12 @@ class Launcher(ABC):
         Returns None when isolated, else a warning naming why not."""
         return "this launcher does not isolate its processes"
 
+    @classmethod
+    def isolate_job(cls, spec: JobSpec) -> str | None:
+        """:meth:`isolate` for this job, where that depends on the job (the supervisor
+        calls this one); the default is :meth:`isolate`."""
+        return cls.isolate()
+
     @abstractmethod
     def place(self, n: int) -> list[Slot]:
         """Choose where ``n`` processes run."""

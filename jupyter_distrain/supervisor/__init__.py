@@ -62,7 +62,7 @@ def supervise(job: JobDir) -> None:
     spec = job.read_spec()
     job.keep_reserve()
     launcher = load_plugin(LAUNCHERS, spec.launcher)
-    warning = launcher.isolate()
+    warning = launcher.isolate_job(spec)
     inbox = Inbox()
     channels = Channels(job, inbox, host=launcher.channel_host(spec))
     worker = WorkerCommand(

@@ -23,6 +23,7 @@ import pytest
 import zmq
 from conftest import wait_for
 from jobscan import numbered_lines_intact, processes_of
+from netprobe import other_host_namespace, port_open
 
 from jupyter_distrain import JobSpec, submit
 from jupyter_distrain.client.job import Job
@@ -133,39 +134,12 @@ def test_a_stopped_rank_is_noticed_within_the_hang_timeout(report):
     assert job.status().error.startswith("rank 1 stopped responding: nothing heard from it for")
 
 
-def _port_open(namespace: str, address: str, port: int) -> bool:
-    probe = (
-        "import socket, sys\n"
-        "s = socket.socket(); s.settimeout(0.5)\n"
-        "sys.exit(0 if s.connect_ex((sys.argv[1], int(sys.argv[2]))) == 0 else 1)\n"
-    )
-    cmd = ["ip", "netns", "exec", namespace, "python3", "-c", probe, address, str(port)]
-    return subprocess.run(cmd, capture_output=True).returncode == 0
-
-
 @pytest.fixture
 def other_host():
     """Another "host": a network namespace joined to this one by a veth pair (10.231.0.0/30).
     Returns (namespace, the address of this host as seen from there)."""
-    ns = f"scan{os.getpid()}"
-    host_if, peer_if = f"vh{os.getpid() % 10000}", f"vp{os.getpid() % 10000}"
-    steps = [
-        ["ip", "netns", "add", ns],
-        ["ip", "link", "add", host_if, "type", "veth", "peer", "name", peer_if],
-        ["ip", "link", "set", peer_if, "netns", ns],
-        ["ip", "addr", "add", "10.231.0.1/30", "dev", host_if],
-        ["ip", "link", "set", host_if, "up"],
-        ["ip", "netns", "exec", ns, "ip", "addr", "add", "10.231.0.2/30", "dev", peer_if],
-        ["ip", "netns", "exec", ns, "ip", "link", "set", peer_if, "up"],
-        ["ip", "netns", "exec", ns, "ip", "link", "set", "lo", "up"],
-    ]
-    try:
-        for step in steps:
-            subprocess.run(step, check=True, capture_output=True)
-        yield ns, "10.231.0.1"
-    finally:
-        subprocess.run(["ip", "link", "del", host_if], capture_output=True)
-        subprocess.run(["ip", "netns", "del", ns], capture_output=True)
+    with other_host_namespace() as made:
+        yield made
 
 
 def _listening_ports(job: Job) -> list[int]:
@@ -194,9 +168,9 @@ def test_a_port_scan_from_another_host_finds_nothing_of_a_ps_job_then_kill_the_p
     other_host, report
 ):
     ns, address = other_host
-    assert _port_open(ns, address, 1) is False  # the probe itself works: closed is closed
+    assert port_open(ns, address, 1) is False  # the probe itself works: closed is closed
     listener = socket.create_server(("0.0.0.0", 0))  # and an open port is seen as open
-    assert _port_open(ns, address, listener.getsockname()[1])
+    assert port_open(ns, address, listener.getsockname()[1])
     listener.close()
     job = submit(JobSpec(code=LOOP, workers=1, ps=1, grace=1))
     wait_for(lambda: job.state == "running", 90, what="running")
@@ -205,7 +179,7 @@ def test_a_port_scan_from_another_host_finds_nothing_of_a_ps_job_then_kill_the_p
     ports = [int(a.rsplit(":", 1)[1]) for a in cluster["worker"] + cluster["ps"]]
     assert len(ports) == 2  # the servers; this chief's cell starts none
     wait_for(lambda: set(ports) <= set(_listening_ports(job)), 60, what="the servers listening")
-    assert [p for p in ports if _port_open(ns, address, p)] == []
+    assert [p for p in ports if port_open(ns, address, p)] == []
     ps = next(p for p in status.processes if p.role == "ps")
     os.kill(ps.pid, signal.SIGKILL)
     wait_for(lambda: job.status().done, 10, what="the ps loss")
@@ -229,7 +203,7 @@ def test_a_port_scan_from_another_host_finds_nothing_of_a_horovod_job(other_host
     job = start(backend="horovod")
     ports = _listening_ports(job)
     assert ports  # the rendezvous server, at least
-    assert [p for p in ports if _port_open(ns, address, p)] == []
+    assert [p for p in ports if port_open(ns, address, p)] == []
     job.stop()
     row = aftermath(job, "port scan (horovod job)", report, state="stopped")
     assert row["processes_left"] == 0

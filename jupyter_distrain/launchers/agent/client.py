@@ -24,7 +24,10 @@ import threading
 from pathlib import Path
 from typing import IO, Any
 
-from .host import CARRIED, COPIED, KILL, MARK, PING, SIGNAL
+from ... import __version__
+from ...contract.control import CONTROL_FILE, ControlInfo
+from ...contract.handoff import Handoff
+from .host import CARRIED, COPIED, HANDED, KILL, MARK, PING, PROTOCOL, SIGNAL
 
 EXIT_LOST = 255  # the agent ended without reporting an exit code (ssh's own failure code)
 HANG_UP_SECONDS = 5.0  # for an agent to end once its stdin is closed
@@ -32,6 +35,18 @@ PING_SECONDS = 2.0  # the agent kills its process after HEARTBEAT_TIMEOUT withou
 
 
 MACHINE_ID_FILES = ("/etc/machine-id", "/var/lib/dbus/machine-id")
+
+
+def other_version(where: str, info: dict[str, Any]) -> str:
+    """The line refusing ``where`` ("host NAME", "Ray node NAME") whose agent, as its
+    ``info`` says ({} when it did not understand the question), speaks another protocol."""
+    theirs = (
+        f"jupyter_distrain {info['version']}" if "version" in info else "an older jupyter_distrain"
+    )
+    return (
+        f"{where} runs {theirs} (agent protocol {info.get('protocol', 1)}), this notebook "
+        f"{__version__} (protocol {PROTOCOL}): install the same version there"
+    )
 
 
 def notebook_id(root: Path) -> str:
@@ -57,15 +72,38 @@ def live_job_ids(root: Path) -> list[str]:
     ]
 
 
-def job_files_archive(job_path: Path) -> bytes:
+def job_files_archive(job_path: Path, in_memory: bool = False) -> bytes:
     """A tar of the job's files a host needs (:data:`~.host.COPIED`) and what a restarted
-    job carries back to its hosts (:data:`~.host.CARRIED`)."""
+    job carries back to its hosts (:data:`~.host.CARRIED`). ``in_memory``: the secret
+    and the pushed values are handed to each process instead (:mod:`...contract.handoff`)
+    and stay out, and so do the values of ``--env`` in ``spec.json`` (each process gets
+    them in its environment)."""
     buffer = io.BytesIO()
     with tarfile.open(fileobj=buffer, mode="w") as tar:
         for entry in (*COPIED, *CARRIED):
-            if (job_path / entry).exists():
+            if in_memory and entry in HANDED:
+                continue
+            if in_memory and entry == "spec.json":
+                spec = json.loads((job_path / entry).read_text())
+                spec["env"] = dict.fromkeys(spec.get("env", {}), "")
+                member = tarfile.TarInfo(entry)
+                data = json.dumps(spec).encode()
+                member.size, member.mode = len(data), 0o600
+                tar.addfile(member, io.BytesIO(data))
+            elif (job_path / entry).exists():
                 tar.add(job_path / entry, entry)
     return buffer.getvalue()
+
+
+def handoff_of(job_path: Path) -> dict[str, str]:
+    """What the processes of a job whose files went ``in_memory`` are handed (as request
+    fields: :meth:`...contract.handoff.Handoff.fields`)."""
+    control = ControlInfo.read(job_path / CONTROL_FILE)
+    pushed = job_path / "push.pkl"
+    return Handoff(
+        control.secret if control is not None else "",
+        pushed.read_bytes() if pushed.exists() else b"",
+    ).fields()
 
 
 class AgentClient:

@@ -46,10 +46,12 @@ from pathlib import Path
 from typing import IO, Any
 
 from ... import __version__, processes
+from ...contract.handoff import memory_file
+from ...contract.process import Env
 
 # What the launcher and this agent must agree on: raised with every change to the
 # commands, their arguments or their answers (the pre-flight refuses another).
-PROTOCOL = 2
+PROTOCOL = 3
 JOBS_ROOT = ".jupyter_distrain/jobs"  # under the user's home: JOB/HOSTNAME per job and host
 OWNER = "owner"  # in a job's host directory: the id of the notebook that made it
 MARK = "\x1ejupyter_distrain "  # starts every line the agent writes to stderr
@@ -60,6 +62,7 @@ HEARTBEAT_TIMEOUT = 10.0  # seconds without a ping before the agent kills its pr
 REPORT_SECONDS = 2.0  # how often memory is reported
 SOCKET_WAIT = 10.0  # seconds to wait for ssh's forwarded sockets to appear
 COPIED = ("spec.json", "train.py", "push.pkl", "control")  # what a host needs of a job
+HANDED = ("push.pkl", "control")  # of those, what a Ray node gets in memory instead
 CARRIED = ("checkpoints",)  # what a restarted job takes back to its hosts (Keras backups)
 RESULT = "result.pkl"  # what rank 0 bound to ``result`` (--out)
 CHECKPOINTS = "checkpoints"
@@ -314,6 +317,10 @@ def run(directory: Path) -> int:
     os.chdir(directory)
     env = {**os.environ, **request["env"]}
     cpus = request.get("cpus")
+    handed: tuple[int, ...] = ()
+    if "handoff" in request:  # the secret and pushed values, in memory (contract/handoff.py)
+        handed = (memory_file(request["handoff"]),)
+        env[Env.HANDOFF_FD] = str(handed[0])
 
     def preexec() -> None:
         if cpus:
@@ -328,7 +335,10 @@ def run(directory: Path) -> int:
         env=env,
         start_new_session=True,
         preexec_fn=preexec,
+        pass_fds=handed,
     )
+    for fd in handed:
+        os.close(fd)
     try:
         report(pid=process.pid, create_time=psutil.Process(process.pid).create_time())
         return _serve(process, commands)

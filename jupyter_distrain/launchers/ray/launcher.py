@@ -18,6 +18,12 @@ result, checkpoints), then kills the actors and removes the placement group.
 The workers reach the supervisor's control and metrics channels over TCP, on the
 address this machine has towards the cluster only (:meth:`RayLauncher.channel_host`);
 both channels are signed with the job's secret and refuse replays.
+
+A Ray the job starts for itself (no cluster running) is reachable from this machine
+only: the supervisor first moves into a private network namespace with only loopback
+up, as local jobs do (Ray binds its servers to every interface whatever address it is
+given), the channels are the job's Unix sockets, and that Ray's session directory is a
+private one of the job's, removed with the Ray when the job ends.
 """
 
 from __future__ import annotations
@@ -27,10 +33,12 @@ import dataclasses
 import json
 import logging
 import os
+import shutil
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from collections import Counter
@@ -39,10 +47,13 @@ from pathlib import Path
 from typing import Any
 
 from ...contract.cellcheck import uses_horovod_elastic
+from ...contract.private import runtime_dir
 from ...contract.spec import JobSpec, SpecError
-from ..agent.client import EXIT_LOST, job_files_archive
+from ..agent.client import EXIT_LOST, handoff_of, job_files_archive, other_version
 from ..agent.delivery import Delivery, PulledStream, Received, one_line, result_slots
+from ..agent.host import PROTOCOL
 from ..base import LaunchedProcess, Launcher, LauncherOption, ProcessSpec, Slot
+from ..isolation import private_network
 from ..limits import thread_env
 from .node import ROOT, SlotAgent
 
@@ -53,6 +64,14 @@ PUMP_SECONDS = 0.25  # how often an idle process's output is polled
 CALL_SECONDS = 60.0  # the longest one call to an actor may take
 NAMESPACE = "jupyter_distrain"
 QUIET = {"RAY_USAGE_STATS_ENABLED": "0"}  # when this package starts a local Ray
+LOOPBACK = "127.0.0.1"
+LOCAL_STARTS = 3  # tries at starting a local Ray
+SHORT_PATH = 40  # Ray's Unix sockets lie some 70 characters below its session root
+
+
+def starts_local_ray(spec: JobSpec) -> bool:
+    """Whether the job starts a Ray of its own (the pre-flight found none running)."""
+    return bool(spec.placement) and not spec.placement[0].get("address")
 
 
 class PlacementError(RuntimeError):
@@ -152,9 +171,20 @@ def preflight(spec: JobSpec, processes: int) -> dict[str, Any]:
 
 
 # --- the driver ---------------------------------------------------------------------
-def connect(address: str) -> None:
-    """Make this process a driver of the cluster at ``address`` ("": start a local Ray),
-    once. Ray installs signal handlers of its own: the supervisor's are kept."""
+def local_ray_root() -> Path:
+    """A fresh private (0700) directory for a local Ray's sessions: in the per-user
+    runtime directory, or in ``/tmp`` where that path is too long for Ray's sockets.
+    Ray makes its root world-writable: it is ``r`` inside the private one."""
+    parent = runtime_dir()
+    if len(str(parent)) > SHORT_PATH:
+        parent = Path(tempfile.gettempdir())
+    return Path(tempfile.mkdtemp(prefix="jd-ray-", dir=parent)) / "r"
+
+
+def connect(address: str, root: Path | None = None) -> None:
+    """Make this process a driver of the cluster at ``address`` ("": start a local Ray
+    on loopback with its sessions under ``root``), once. Ray installs signal handlers
+    of its own: the supervisor's are kept."""
     import ray
 
     if ray.is_initialized():
@@ -164,9 +194,19 @@ def connect(address: str) -> None:
     if not address:
         for key, value in QUIET.items():
             os.environ.setdefault(key, value)
-        options["include_dashboard"] = False
+        options.update(include_dashboard=False, _node_ip_address=LOOPBACK)
+        if root is not None:
+            options["_temp_dir"] = str(root)
     try:
-        ray.init(address=address or None, logging_level=logging.WARNING, **options)
+        for attempt in range(1 if address else LOCAL_STARTS):
+            try:
+                ray.init(address=address or None, logging_level=logging.WARNING, **options)
+                break
+            except Exception as exc:  # Ray gives its raylet a fixed 30 s to come up
+                if attempt + 1 == LOCAL_STARTS or "timed out during startup" not in str(exc):
+                    raise
+                log.warning("the local Ray did not come up in time; starting it again")
+                ray.shutdown()
     finally:
         if threading.current_thread() is threading.main_thread():
             for sig, handler in kept.items():
@@ -253,7 +293,8 @@ class RayLauncher(Launcher):
         super().__init__(*args, **kwargs)
         cluster = self.spec.placement[0] if self.spec.placement else {}
         self.address: str = cluster.get("address", self.option_values(self.spec)["ray_address"])
-        self.driver: str = cluster.get("driver", "127.0.0.1")
+        self.driver: str = cluster.get("driver", LOOPBACK)
+        self.local_root: Path | None = None  # the sessions of the Ray this job started
         self.group: Any = None
         self.actors: list[SlotActor] = []
         self._result_slots: set[int] = set()  # rank 0's: the result comes from it
@@ -283,9 +324,17 @@ class RayLauncher(Launcher):
         return "the ray launcher runs the job on the Ray cluster's nodes"
 
     @classmethod
+    def isolate_job(cls, spec: JobSpec) -> str | None:
+        """A job that starts its own Ray gets the private network namespace of a local
+        job: that Ray, which binds every interface, is then reachable from here only."""
+        return private_network() if starts_local_ray(spec) else cls.isolate()
+
+    @classmethod
     def channel_host(cls, spec: JobSpec) -> str | None:
+        if starts_local_ray(spec):
+            return None  # every process is on this machine, in the job's namespace
         cluster = spec.placement[0] if spec.placement else {}
-        return cluster.get("driver", "127.0.0.1")
+        return cluster.get("driver", LOOPBACK)
 
     # --- placing ---------------------------------------------------------------------
     def place(self, n: int) -> list[Slot]:
@@ -293,7 +342,13 @@ class RayLauncher(Launcher):
         from ray.util.placement_group import placement_group
         from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
-        connect(self.address)
+        if not self.address and self.local_root is None and not ray.is_initialized():
+            self.local_root = local_ray_root()
+        try:
+            connect(self.address, self.local_root)
+        except BaseException:
+            self._stop_local_ray()
+            raise
         bundle = bundle_of(self.spec)
         started = time.monotonic()
         self.group = placement_group(
@@ -325,7 +380,10 @@ class RayLauncher(Launcher):
         ]
         self.actors = [SlotActor(h, "", "") for h in handles]  # close() kills them, whatever
         infos = ray.get([h.describe.remote() for h in handles], timeout=self.spec.timeout)
-        files = ray.put(job_files_archive(self.job.path))
+        for info in infos:
+            if info.get("protocol") != PROTOCOL:
+                raise PlacementError(other_version(f"Ray node {info['hostname']}", info))
+        files = ray.put(job_files_archive(self.job.path, in_memory=True))
         ray.get([h.unpack.remote(files) for h in handles], timeout=CALL_SECONDS)
         for actor, info in zip(self.actors, infos, strict=True):
             actor.address, actor.iface = info["address"], info["iface"]
@@ -365,8 +423,9 @@ class RayLauncher(Launcher):
         env = {**thread_env(self.spec.cpu), **self.spec.env, **proc.env}
         python = self.spec.python or sys.executable
         self._result_slots.update(slot.index for slot in result_slots(proc))
+        request = {"argv": proc.argv, "env": env, "handoff": handoff_of(self.job.path)}
         started = ray.get(
-            actor.handle.start.remote({"argv": proc.argv, "env": env}, str(proc.id), python),
+            actor.handle.start.remote(request, str(proc.id), python),
             timeout=CALL_SECONDS,
         )
         return RayProcess(actor.handle, actor.address, log_path, started)
@@ -377,6 +436,8 @@ class RayLauncher(Launcher):
     def sweep(self) -> None:
         import ray
 
+        if not self.actors:
+            return  # (a Ray call with no Ray running would start one)
         calls = [a.handle.hang_up.remote() for a in self.actors]
         with contextlib.suppress(Exception):
             ray.get(calls, timeout=CALL_SECONDS)
@@ -394,6 +455,18 @@ class RayLauncher(Launcher):
                 ray.kill(actor.handle, no_restart=True)
         self.actors = []
         self._remove_group()
+        self._stop_local_ray()
+
+    def _stop_local_ray(self) -> None:
+        """Stop the Ray this job started, and remove its session directory."""
+        import ray
+
+        if self.local_root is None:
+            return
+        with contextlib.suppress(Exception):
+            ray.shutdown()
+        shutil.rmtree(self.local_root.parent, ignore_errors=True)
+        self.local_root = None
 
     def _bring_back(self, index: int, delivery: Delivery) -> None:
         """Slot ``index``'s files, streamed from its actor into ``delivery``; its directory

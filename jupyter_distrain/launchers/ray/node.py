@@ -26,7 +26,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from ... import processes
+from ... import __version__, processes
 from ...contract.process import Env
 from ..agent import host as agent_host
 from ..agent.client import HANG_UP_SECONDS, AgentClient
@@ -86,7 +86,8 @@ class SlotAgent:
         self.log_path: Path | None = None
 
     def describe(self) -> dict[str, Any]:
-        """Where this slot is: the node's IP, the interface holding it, the host name."""
+        """Where this slot is (the node's IP, the interface holding it, the host name) and
+        the version of this package and of the agent's protocol there."""
         import ray
 
         address = ray.util.get_node_ip_address()
@@ -94,6 +95,8 @@ class SlotAgent:
             "address": address,
             "iface": agent_host.interface_of(address) or "lo",
             "hostname": socket.gethostname(),
+            "version": __version__,
+            "protocol": agent_host.PROTOCOL,
         }
 
     def unpack(self, data: bytes) -> str:
@@ -116,7 +119,8 @@ class SlotAgent:
             argv[0] = sys.executable
         env = {**request["env"], Env.JOB_DIR: str(self.directory)}
         self.log_path = self.directory / "logs" / f"{name}.log"
-        self.link = AgentLink(self.directory, self.log_path, {"argv": argv, "env": env})
+        handed = {"argv": argv, "env": env, "handoff": request["handoff"]}  # kept in memory
+        self.link = AgentLink(self.directory, self.log_path, handed)
         agent = self.link.agent
         if not agent.wait_started(START_SECONDS):
             said = agent.said("no report from the agent")

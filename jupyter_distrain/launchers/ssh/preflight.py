@@ -14,10 +14,9 @@ import logging
 import re
 from typing import Any
 
-from ... import __version__
 from ...contract.spec import JobSpec, SpecError
 from ...contract.store import jobs_root
-from ..agent.client import live_job_ids, notebook_id
+from ..agent.client import live_job_ids, notebook_id, other_version
 from ..agent.host import JOBS_ROOT, PROTOCOL
 from .hosts import parse_hosts
 from .session import RemoteError, SshOptions, on_each
@@ -95,14 +94,14 @@ def preflight(
             out = options.run(name, [*args, "--ports", str(slots + 2)], claims, spec.timeout)
         except RemoteError as exc:
             if _USAGE_RE.search(str(exc)):  # an older agent: it knows no --leftovers
-                raise RemoteError(_other_version(name, {})) from None
+                raise RemoteError(other_version(f"host {name}", {})) from None
             raise
         try:
             info = json.loads(out.decode().strip().splitlines()[-1])
         except (ValueError, IndexError):
             raise RemoteError(f"host {name}: the agent answered {out[:200]!r}") from None
         if not isinstance(info, dict) or info.get("protocol") != PROTOCOL:
-            raise RemoteError(_other_version(name, info if isinstance(info, dict) else {}))
+            raise RemoteError(other_version(f"host {name}", info if isinstance(info, dict) else {}))
         if info.get("removed"):
             log.info(
                 "host %s: removed what jobs that are over left there: %s",
@@ -137,18 +136,6 @@ def preflight(
         )
         for h, i in checked
     ]
-
-
-def _other_version(name: str, info: dict[str, Any]) -> str:
-    """The line refusing host ``name`` whose agent (as its pre-flight ``info`` says, {}
-    when it did not understand the question) speaks another protocol."""
-    theirs = (
-        f"jupyter_distrain {info['version']}" if "version" in info else "an older jupyter_distrain"
-    )
-    return (
-        f"host {name} runs {theirs} (agent protocol {info.get('protocol', 1)}), this notebook "
-        f"{__version__} (protocol {PROTOCOL}): install the same version there"
-    )
 
 
 def _problems(
