@@ -13,6 +13,7 @@ CURRENT_VENV ?= .venv-current
 PY     := $(VENV)/bin/python
 PIP    := $(PY) -m pip
 STAMPS := $(VENV)/.stamps
+comma  := ,
 SUDO   := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
 HOROVOD_VERSION := 0.28.1
@@ -22,13 +23,21 @@ endif
 TF_PACKAGES.pinned  := tensorflow-cpu==2.15.1
 TF_PACKAGES.current := tensorflow-cpu==2.20.0 tf-keras==2.20.1
 HOROVOD.pinned      := $(STAMPS)/horovod
+# PyTorch for --backend torch (CPU). On these machines pip takes torch 2.13.0's CPU wheel
+# from the local wheel directory; elsewhere PyPI's default is a CUDA build of several GB:
+# `make setup TORCH_INDEX=https://download.pytorch.org/whl/cpu` takes the CPU one there.
+# WITH_TORCH=0 leaves it out (the second run, on current TensorFlow, runs no torch test).
+TORCH_PACKAGES ?= torch==2.13.0
+TORCH_INDEX    ?=
+WITH_TORCH     ?= 1
+TORCH.1        := $(STAMPS)/torch
 PYTEST_ARGS.current := -m "not horovod"
 # the second run (current TensorFlow beside the pinned one) leaves out the families that
 # do not depend on TensorFlow's version and start ssh hosts or a Ray cluster: they run
 # once, in the first run (what hosts send back, the agent, kernels submitting at once)
 SECOND_RUN_ARGS := $(PYTEST_ARGS.current) --ignore=tests/test_ssh.py --ignore=tests/test_ray.py \
   --ignore=tests/test_delivery.py --ignore=tests/test_agent_leftovers.py \
-  --ignore=tests/test_concurrency.py \
+  --ignore=tests/test_concurrency.py --ignore=tests/test_torch.py \
   --deselect tests/test_bench.py::test_bench_runs_over_ssh_on_the_hosts_and_on_a_local_ray
 
 .PHONY: setup demo test test-ui lint clean
@@ -72,8 +81,16 @@ $(STAMPS)/horovod: $(STAMPS)/tensorflow-pinned
 	$(PY) -c 'import horovod.tensorflow as hvd; assert hvd.gloo_built() and hvd.mpi_built(), "horovod built without gloo or mpi"'
 	@touch $@
 
-$(STAMPS)/package: $(STAMPS)/tensorflow-$(TF) $(HOROVOD.$(TF)) pyproject.toml
-	$(PIP) install -q -e ".[dev]"
+$(STAMPS)/torch: $(STAMPS)/system
+	$(PIP) install -q $(if $(TORCH_INDEX),--index-url $(TORCH_INDEX)) $(TORCH_PACKAGES)
+	$(PY) -c 'import torch.distributed as dist; assert dist.is_gloo_available(), "torch without Gloo"'
+	@touch $@
+
+$(STAMPS)/package: $(STAMPS)/tensorflow-$(TF) $(HOROVOD.$(TF)) $(TORCH.$(WITH_TORCH)) pyproject.toml
+	@# a built extension holds a copy of install.json, which pyproject.toml also adds:
+	@# hatchling refuses the second (a re-install after a pyproject.toml change failed)
+	rm -f jupyter_distrain/labextension/install.json
+	$(PIP) install -q -e ".[dev$(if $(TORCH.$(WITH_TORCH)),$(comma)torch)]"
 	@touch $@
 
 demo: setup
@@ -84,7 +101,7 @@ test: setup
 	$(VENV)/bin/pytest $(PYTEST_ARGS.$(TF))
 ifeq ($(TF),pinned)
 	@echo "== the tests that need no Horovod, on current TensorFlow ($(CURRENT_VENV)) =="
-	$(MAKE) --no-print-directory setup VENV=$(CURRENT_VENV) TF=current
+	$(MAKE) --no-print-directory setup VENV=$(CURRENT_VENV) TF=current WITH_TORCH=0
 	$(CURRENT_VENV)/bin/pytest $(SECOND_RUN_ARGS)
 endif
 	@echo "== the JupyterLab extension: Jest, then Galata in a real JupyterLab (Chromium) =="

@@ -122,6 +122,12 @@ class Backend(ABC):
         """Whether this backend can run here, and why (or why not)."""
         return True, f"{cls.name} is available"
 
+    @classmethod
+    def framework_version(cls) -> str | None:
+        """The version of the framework this backend runs, where every host must have the
+        same one (the ssh pre-flight compares them); None: nothing to compare."""
+        return None
+
     def slots_needed(self) -> int:
         """How many slots the launcher must place."""
         return self.spec.workers

@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from ..contract import retention
-from ..contract.cellcheck import check_syntax
+from ..contract.cellcheck import check_syntax, imported_packages
 from ..contract.spec import JobSpec, SpecError
 from ..contract.store import JobDir
 from ..frameworks import resolve_keras
@@ -27,6 +27,7 @@ log = logging.getLogger(__name__)
 
 # --backend auto without --ps: the first of these that can run here
 BACKEND_PREFERENCE = ("horovod", "tf")
+TENSORFLOW_PACKAGES = {"tensorflow", "horovod", "keras", "tf_keras"}  # a cell of these is not torch
 
 
 def resolve_backend(spec: JobSpec) -> tuple[str, str]:
@@ -42,6 +43,12 @@ def resolve_backend(spec: JobSpec) -> tuple[str, str]:
         return spec.backend, "as asked"
     if spec.ps:
         return "ps", "--ps given"
+    imported = imported_packages(spec.code)
+    if "torch" in imported and not imported & TENSORFLOW_PACKAGES:
+        ok, why = load_plugin(BACKENDS, "torch").available()
+        if not ok:
+            raise SpecError(f"--backend auto: the cell imports torch, but {why}")
+        return "torch", f"the cell imports torch and not TensorFlow; {why}"
     reasons = []
     for name in BACKEND_PREFERENCE:
         ok, why = load_plugin(BACKENDS, name).available()

@@ -73,6 +73,21 @@ def defines_tf1_run(code: str) -> bool:
     )
 
 
+def imported_packages(code: str) -> set[str]:
+    """The top-level packages the cell imports (``import torch.nn`` -> ``torch``)."""
+    try:
+        tree = ast.parse(code)
+    except SyntaxError:
+        return set()
+    found = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found.update(alias.name.partition(".")[0] for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            found.add(node.module.partition(".")[0])
+    return found
+
+
 def uses_horovod_elastic(code: str) -> bool:
     """Whether the cell uses Horovod's elastic API (``hvd.elastic.run`` and friends)."""
     try:

@@ -23,6 +23,7 @@ __all__ = ["CHECKPOINT_EXIT", "checkpoint_dir", "report", "should_checkpoint", "
 
 _checkpoint_requested = False
 _last_report = {"step": 0, "time": 0.0}
+_reported_by_program = [False]
 
 
 RATE_WINDOW_SECONDS = 3.0
@@ -84,6 +85,23 @@ def report(
 ) -> None:
     """Record one training step. ``images`` over ``seconds`` (default: the time since the
     previous report) gives images/sec; ``loss`` and any other scalars are stored as given."""
+    _reported_by_program[0] = True
+    record_step(step, images, loss, seconds, **scalars)
+
+
+def reported_by_program() -> bool:
+    """Whether the program reports its steps itself (the framework hooks then do not)."""
+    return _reported_by_program[0]
+
+
+def record_step(
+    step: int | None = None,
+    images: int | None = None,
+    loss: float | None = None,
+    seconds: float | None = None,
+    **scalars: float,
+) -> None:
+    """:func:`report` for the framework hooks (it does not mark the program as reporting)."""
     sender = reporter()
     now = time.time()
     step = _last_report["step"] + 1 if step is None else step

@@ -116,7 +116,9 @@ def preflight(backend: str, interface: str, ports: int) -> dict[str, Any]:
     found: dict[str, Any] = {"version": __version__, "protocol": PROTOCOL}
     found["python"], found["home"] = sys.executable, str(Path.home())
     try:
-        ok, why = load_plugin(BACKENDS, backend).available()
+        chosen = load_plugin(BACKENDS, backend)
+        ok, why = chosen.available()
+        found["framework_version"] = chosen.framework_version() if ok else None
     except Exception as exc:  # a broken install: say so rather than crash
         ok, why = False, f"{type(exc).__name__}: {exc}"
     found["backend_ok"], found["backend_why"] = ok, why

@@ -115,6 +115,10 @@ def preflight(
     checked = [(h, i) for h, i in zip(hosts, found, strict=True) if isinstance(i, dict)]
     for host, info in checked:
         problems += _problems(spec, given, host.name, info, len(hosts))
+    versions = {h.name: i.get("framework_version") for h, i in checked if i.get("backend_ok")}
+    if len(set(versions.values())) > 1:
+        each = ", ".join(f"{name} {version}" for name, version in versions.items())
+        problems.append(f"{spec.backend} is not the same version on every host ({each})")
     names = [info["name"] for _, info in checked]
     for host, info in checked:
         if names.count(info["name"]) > 1:

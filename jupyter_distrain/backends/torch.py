@@ -1,0 +1,100 @@
+"""``--backend torch``: PyTorch's ``torch.distributed`` (DistributedDataParallel, FSDP),
+every process started with the environment ``torchrun`` gives its workers.
+
+So a script that runs under ``torchrun`` runs unchanged, and
+``torch.distributed.init_process_group()`` with no arguments finds its rendezvous:
+``MASTER_ADDR`` is rank 0's address as the other ranks reach it (the slot's address:
+loopback inside a local job's private namespace, the host's address on the hosts'
+network for ssh and Ray; never a host name, which may resolve to loopback),
+``MASTER_PORT`` a port reserved on rank 0's host for the TCPStore that rank 0 serves.
+``GLOO_SOCKET_IFNAME`` and ``NCCL_SOCKET_IFNAME`` name each slot's interface (the
+pre-flight's, or ``--network-interface``).
+
+torch's TCPStore is unauthenticated and listens on every interface of rank 0's host;
+a local job keeps it in its private network namespace, across hosts the cell's
+warning names its port (``docs/security.md``). Failures are the SPMD rule: the first
+rank to fail fails the job and the others, blocked in a collective or not, are
+stopped.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from collections import Counter
+from pathlib import Path
+
+from ..contract.process import Env, ProcessId
+from ..frameworks import installed_version
+from ..launchers.base import Launcher, Slot
+from .base import Backend, Plan, WorkerCommand
+
+INSTALL_HINT = (
+    "torch is not installed: pip install 'jupyter_distrain[torch]' "
+    "(a CPU build: pip install torch --index-url https://download.pytorch.org/whl/cpu)"
+)
+STORE_PORT = "torch TCPStore (unauthenticated)"
+
+
+def torch_available() -> tuple[bool, str]:
+    """Whether torch can be imported here (found, not imported: that takes seconds)."""
+    if importlib.util.find_spec("torch") is None:
+        return False, INSTALL_HINT
+    return True, f"torch {installed_version('torch') or ''} is installed".replace("  ", " ")
+
+
+def torchrun_env(slots: list[Slot], master: Slot, port: int, run_id: str) -> list[dict[str, str]]:
+    """Each slot's variables, as ``torchrun`` sets them for its workers: one rank per
+    slot in slot order, a "node" per distinct host in order of first appearance."""
+    per_host = Counter(slot.host for slot in slots)
+    nodes = list(dict.fromkeys(slot.host for slot in slots))
+    common = {
+        "MASTER_ADDR": master.address,
+        "MASTER_PORT": str(port),
+        "WORLD_SIZE": str(len(slots)),
+        "ROLE_WORLD_SIZE": str(len(slots)),
+        "GROUP_WORLD_SIZE": str(len(nodes)),
+        "ROLE_NAME": "default",
+        "TORCHELASTIC_RUN_ID": run_id,
+        "TORCHELASTIC_MAX_RESTARTS": "0",
+        "TORCH_NCCL_ASYNC_ERROR_HANDLING": "1",
+    }
+    return [
+        {
+            **common,
+            "RANK": str(rank),
+            "ROLE_RANK": str(rank),
+            "LOCAL_RANK": str(slot.local_index),
+            "LOCAL_WORLD_SIZE": str(per_host[slot.host]),
+            "GROUP_RANK": str(nodes.index(slot.host)),
+            "GLOO_SOCKET_IFNAME": slot.iface,
+            "NCCL_SOCKET_IFNAME": slot.iface,
+        }
+        for rank, slot in enumerate(slots)
+    ]
+
+
+class TorchBackend(Backend):
+    name = "torch"
+
+    @classmethod
+    def available(cls) -> tuple[bool, str]:
+        return torch_available()
+
+    @classmethod
+    def framework_version(cls) -> str | None:
+        return installed_version("torch")
+
+    def prepare(self, slots: list[Slot], launcher: Launcher, worker: WorkerCommand) -> Plan:
+        master = slots[0]
+        (port,) = launcher.reserve_ports([master])
+        run_id = Path(worker.env[Env.JOB_DIR]).name  # the job's id
+        env = torchrun_env(slots, master, port, run_id)
+        processes = [
+            worker.process(ProcessId("worker", slot.index), slot, rank=rank, **env[rank])
+            for rank, slot in enumerate(slots)
+        ]
+        return Plan(
+            processes,
+            info={"master": f"{master.address}:{port}"},
+            ports={STORE_PORT: [port]},
+        )

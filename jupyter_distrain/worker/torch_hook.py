@@ -1,0 +1,67 @@
+"""Steps and images/sec of a PyTorch program, with no change to its code.
+
+When (if ever) the program imports torch, a global optimizer step hook
+(``torch.optim.optimizer.register_optimizer_step_post_hook``) reports one step per
+``optimizer.step()`` of the first optimizer that steps (a GAN's second optimizer does
+not count twice), and the batches a ``DataLoader`` yields give the images of a step
+(the first dimension of the first tensor in the batch). A program that calls
+:func:`..instrument.report` or :func:`..instrument.timed_step` itself is left to do so:
+the hook stops at its first such call. A step costs the hook a few microseconds.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from . import instrument
+from .patching import patch_on_import
+
+_state: dict[str, Any] = {"optimizer": None, "images": None}
+
+
+def batch_size(batch: Any) -> int | None:
+    """The first dimension of the first tensor in ``batch`` (a tensor, or a list, tuple
+    or dict of them, nested), else None."""
+    shape = getattr(batch, "shape", None)
+    if shape is not None and len(shape) > 0:
+        return int(shape[0])
+    if isinstance(batch, dict):
+        batch = list(batch.values())
+    if isinstance(batch, list | tuple):
+        for item in batch:
+            found = batch_size(item)
+            if found is not None:
+                return found
+    return None
+
+
+def _after_step(optimizer: Any, args: Any, kwargs: Any) -> None:
+    if instrument.reported_by_program():
+        return
+    if _state["optimizer"] is None:
+        _state["optimizer"] = id(optimizer)
+    elif _state["optimizer"] != id(optimizer):
+        return
+    instrument.record_step(images=_state["images"])
+
+
+def _hook_optimizer(module: Any) -> None:
+    module.register_optimizer_step_post_hook(_after_step)
+
+
+def _hook_dataloader(module: Any) -> None:
+    iterator = module._BaseDataLoaderIter
+    original = iterator.__next__
+
+    def __next__(self: Any) -> Any:
+        batch = original(self)
+        _state["images"] = batch_size(batch)
+        return batch
+
+    iterator.__next__ = __next__
+
+
+def install() -> None:
+    """Instrument PyTorch when (if ever) the program imports it."""
+    patch_on_import("torch.optim.optimizer", _hook_optimizer)
+    patch_on_import("torch.utils.data.dataloader", _hook_dataloader)

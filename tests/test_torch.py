@@ -1,0 +1,177 @@
+"""``--backend torch`` with real PyTorch (CPU, Gloo): two ranks on different data end with
+identical weights, as the same file does under ``torchrun``; the widget's steps come
+from the optimizer with no code change; a crashing rank fails the job fast with its
+traceback while the other waits in a collective; a port scan from another host finds
+nothing of a local job, whose Stop leaves nothing; bad input is one line."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from conftest import wait_for
+from jobscan import left_after, processes_of
+from netprobe import listening_sockets, other_host_namespace, port_open
+
+from jupyter_distrain import JobSpec, SpecError, submit
+from jupyter_distrain.contract.process import ProcessId
+
+DDP_PROGRAM = """\
+import hashlib, os
+import torch, torch.distributed as dist
+from sklearn.datasets import load_digits
+from torch.nn.parallel import DistributedDataParallel
+torch.set_num_threads(1)  # one summation order: the same weights as under torchrun
+dist.init_process_group("gloo")
+rank, world = dist.get_rank(), dist.get_world_size()
+x, y = load_digits(return_X_y=True)
+x, y = torch.tensor(x, dtype=torch.float32) / 16, torch.tensor(y)
+shard = torch.utils.data.TensorDataset(x[rank::world], y[rank::world])  # its own data
+loader = torch.utils.data.DataLoader(shard, batch_size=32)
+torch.manual_seed(0)
+net = torch.nn.Sequential(torch.nn.Linear(64, 32), torch.nn.ReLU(), torch.nn.Linear(32, 10))
+model = DistributedDataParallel(net)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.2)
+for epoch in range(4):
+    for xb, yb in loader:
+        optimizer.zero_grad()
+        torch.nn.functional.cross_entropy(model(xb), yb).backward()
+        optimizer.step()
+accuracy = (model(x).argmax(1) == y).float().mean().item()
+weights = b"".join(p.detach().numpy().tobytes() for p in model.parameters())
+env = " ".join(f"{k}={os.environ[k]}" for k in ("LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_RANK"))
+print(f"rank {rank} world {world} {env} master {os.environ['MASTER_ADDR']} "
+      f"weights {hashlib.sha256(weights).hexdigest()[:16]} accuracy {accuracy:.3f}", flush=True)
+dist.destroy_process_group()
+"""
+SAID = re.compile(r"rank (\d) world (\d) (.*) master (\S+) weights (\w+) accuracy ([\d.]+)")
+STEPS_PER_RANK = 4 * 29  # 4 epochs of ceil(899 / 32) batches
+
+
+def said(text: str) -> re.Match[str]:
+    found = SAID.search(text)
+    assert found, text
+    return found
+
+
+def test_two_ranks_on_different_data_end_with_the_weights_torchrun_gives(jobs_root, tmp_path):
+    job = submit(JobSpec(code=DDP_PROGRAM, workers=2))
+    assert job.spec.backend == "torch"  # auto: the cell imports torch and not TensorFlow
+    assert job.backend_reason.startswith("the cell imports torch and not TensorFlow")
+    assert job.wait(240) == "succeeded", job.status().error
+    ranks = [said(job.logs(ProcessId("worker", i))) for i in (0, 1)]
+    assert [m.group(1, 2) for m in ranks] == [("0", "2"), ("1", "2")]
+    assert [m.group(3) for m in ranks] == [
+        "LOCAL_RANK=0 LOCAL_WORLD_SIZE=2 GROUP_RANK=0",
+        "LOCAL_RANK=1 LOCAL_WORLD_SIZE=2 GROUP_RANK=0",
+    ]
+    assert {m.group(4) for m in ranks} == {"127.0.0.1"}  # inside the job's namespace
+    assert ranks[0].group(5) == ranks[1].group(5)  # identical weights
+    assert float(ranks[0].group(6)) > 0.8
+    # the widget's steps: one per optimizer.step(), 32 images each, per rank, no code change
+    records = [json.loads(line) for line in job.dir.metrics_file.read_text().splitlines()]
+    for index in (0, 1):
+        steps = [r for r in records if r["index"] == index and "step" in r]
+        assert [r["step"] for r in steps] == list(range(1, STEPS_PER_RANK + 1))
+        assert steps[0]["images"] == 32 and all(r["images_per_sec"] > 0 for r in steps[1:])
+    # the same file under torchrun gives the same weights
+    program = tmp_path / "train.py"
+    program.write_text(DDP_PROGRAM)
+    torchrun = Path(sys.executable).with_name("torchrun")
+    run = subprocess.run(
+        [str(torchrun), "--standalone", "--nproc-per-node", "2", str(program)],
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
+    assert run.returncode == 0, run.stderr[-2000:]
+    by_torchrun = {m.group(5) for m in SAID.finditer(run.stdout)}
+    assert by_torchrun == {ranks[0].group(5)}
+
+
+CRASHING = """\
+import os, time
+import torch, torch.distributed as dist
+dist.init_process_group("gloo")
+if dist.get_rank() == 1:
+    time.sleep(0.5)
+    raise ValueError("bad batch on rank one")
+dist.all_reduce(torch.ones(1))  # rank 0 waits here for a rank that is gone
+time.sleep(120)
+"""
+
+
+def test_a_crashing_rank_fails_the_job_fast_with_its_traceback(jobs_root):
+    job = submit(JobSpec(code=CRASHING, workers=2, backend="torch", grace=2))
+    wait_for(lambda: job.done, 120, what="the job to end")
+    status = job.status()
+    assert status.state == "failed"
+    assert status.error.startswith("rank 1 failed first"), status.error
+    assert "ValueError: bad batch on rank one" in job.logs(ProcessId("worker", 1))
+    events = job.dir.read_events()
+    failed_at = next(
+        e["time"] for e in events if e.get("process") == "worker-1" and e["event"] == "exit"
+    )
+    ended_at = next(e["time"] for e in events if e.get("state") == "failed")
+    assert ended_at - failed_at < 2.0
+    assert left_after(lambda: processes_of(job.dir.path), 10) == []
+
+
+WAITING = """\
+import time
+import torch.distributed as dist
+dist.init_process_group("gloo")
+print("up", flush=True)
+time.sleep(600)
+"""
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="a second host (network namespace) needs root")
+def test_a_port_scan_from_another_host_finds_nothing_of_a_local_torch_job(jobs_root):
+    job = submit(JobSpec(code=WAITING, workers=2, backend="torch", grace=1))
+    logs = [job.dir.log_file(ProcessId("worker", i)) for i in (0, 1)]
+    up = lambda: all(log.exists() and "up" in log.read_text() for log in logs)  # noqa: E731
+    wait_for(up, 120, what="both ranks up")
+    master = job.status().backend_info["master"]
+    store_port = int(master.rpartition(":")[2])
+    processes = processes_of(job.dir.path)
+    ports = {port for p in processes for _, port in listening_sockets(p.pid)}
+    assert store_port in ports  # rank 0 serves the TCPStore (Gloo listens too)
+    with other_host_namespace() as (namespace, address):
+        assert [p for p in sorted(ports) if port_open(namespace, address, p)] == []
+    assert job.stop() == "stopped"
+    assert left_after(lambda: processes_of(job.dir.path), 10) == []
+
+
+def test_parameter_servers_with_torch_are_one_line_and_launch_nothing(jobs_root):
+    with pytest.raises(SpecError, match=r"^--ps is for the parameter-server backend"):
+        submit(JobSpec(code="import torch\n", workers=2, ps=2, backend="torch"))
+    assert list(jobs_root.iterdir()) == []
+
+
+WITHOUT_TORCH = """\
+import sys
+sys.modules["torch"] = None  # what Python answers where torch cannot be imported
+from jupyter_distrain import JobSpec, SpecError, submit
+for backend in ("torch", "auto"):
+    try:
+        submit(JobSpec(code="import torch\\n", workers=2, backend=backend))
+    except SpecError as exc:
+        print(exc)
+"""
+
+
+def test_without_torch_the_backend_is_one_line_naming_the_install(jobs_root):
+    run = subprocess.run(
+        [sys.executable, "-c", WITHOUT_TORCH], capture_output=True, text=True, timeout=60
+    )
+    lines = run.stdout.splitlines()
+    assert len(lines) == 2, run.stdout + run.stderr
+    assert lines[0].startswith("--backend torch: torch is not installed: pip install")
+    assert lines[1].startswith("--backend auto: the cell imports torch, but torch is not")
+    assert list(jobs_root.iterdir()) == []
