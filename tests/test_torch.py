@@ -175,3 +175,64 @@ def test_without_torch_the_backend_is_one_line_naming_the_install(jobs_root):
     assert lines[0].startswith("--backend torch: torch is not installed: pip install")
     assert lines[1].startswith("--backend auto: the cell imports torch, but torch is not")
     assert list(jobs_root.iterdir()) == []
+
+
+SCALABLE = """\
+import time
+import torch, torch.distributed as dist
+import jupyter_distrain.torch as jdt
+jdt.setup()
+torch.set_num_threads(1)
+torch.manual_seed(0)
+model = torch.nn.parallel.DistributedDataParallel(torch.nn.Linear(8, 1))
+optimizer = torch.optim.SGD(model.parameters(), lr=0.05)
+state = jdt.checkpointed(model=model, optimizer=optimizer, step=0)
+x = torch.randn(64, 8)
+y = x.sum(1, keepdim=True)
+first = torch.nn.functional.mse_loss(model(x), y).item()
+print(f"start at step {state.step} world {dist.get_world_size()} loss {first:.4f}", flush=True)
+while True:
+    optimizer.zero_grad()
+    torch.nn.functional.mse_loss(model(x), y).backward()
+    optimizer.step()
+    state.step += 1
+    if state.step % 10 == 0:
+        print(f"step {state.step}", flush=True)
+    time.sleep(0.02)
+    state.save_if_asked()
+"""
+START = re.compile(r"start at step (\d+) world (\d) loss ([\d.]+)")
+
+
+def test_scale_2_to_3_resumes_at_the_same_global_step_from_the_checkpoint(jobs_root):
+    """``jupyter_distrain.torch.checkpointed``: the scale saves model and optimizer with
+    torch.distributed.checkpoint at one step on every rank; the three ranks of the next
+    generation load it and go on from that step, with the loss where it was."""
+    job = submit(JobSpec(code=SCALABLE, workers=2, backend="torch", grace=2))
+    log = job.dir.log_file(ProcessId("worker", 0))
+    wait_for(lambda: log.exists() and "step 30\n" in log.read_text(), 120, what="step 30")
+    job.scale(3)
+    wait_for(lambda: job.status().generation == 1 and job.state == "running", 120, what="restart")
+    logs = [job.dir.log_file(ProcessId("worker", i)) for i in range(3)]
+    started = lambda: [START.findall(p.read_text()) if p.exists() else [] for p in logs]  # noqa: E731
+    wait_for(
+        lambda: all(len(s) == (2 if i < 2 else 1) for i, s in enumerate(started())),
+        120,
+        what="the three ranks of the next generation",
+    )
+    runs = started()
+    assert [r[0][:2] for r in runs[:2]] == [("0", "2"), ("0", "2")]  # generation 0: fresh
+    resumed = {run[-1][:2] for run in runs}
+    assert len(resumed) == 1  # one step, world 3 on every rank
+    step, world = resumed.pop()
+    assert world == "3" and int(step) >= 30
+    assert float(runs[0][-1][2]) < float(runs[0][0][2]) / 4  # the loss went on, not reset
+
+    def rank_2_steps() -> list[int]:
+        records = map(json.loads, job.dir.metrics_file.read_text().splitlines())
+        return [r["step"] for r in records if r.get("index") == 2 and "step" in r]
+
+    wait_for(rank_2_steps, 30, what="rank 2's steps")
+    assert rank_2_steps()[0] == int(step) + 1  # the widget's steps go on from there too
+    assert job.stop() == "stopped"
+    assert left_after(lambda: processes_of(job.dir.path), 10) == []

@@ -89,6 +89,11 @@ def report(
     record_step(step, images, loss, seconds, **scalars)
 
 
+def continue_steps_from(step: int) -> None:
+    """Number the next step reported ``step + 1`` (a job resumed from a checkpoint)."""
+    _last_report["step"] = step
+
+
 def reported_by_program() -> bool:
     """Whether the program reports its steps itself (the framework hooks then do not)."""
     return _reported_by_program[0]

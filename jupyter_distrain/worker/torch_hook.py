@@ -11,12 +11,25 @@ the hook stops at its first such call. A step costs the hook a few microseconds.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 from . import instrument
 from .patching import patch_on_import
 
-_state: dict[str, Any] = {"optimizer": None, "images": None}
+_state: dict[str, Any] = {"optimizer": None, "images": None, "quiet": 0}
+
+
+@contextmanager
+def not_a_step() -> Iterator[None]:
+    """Optimizer steps within are not training steps (torch.distributed.checkpoint
+    steps an optimizer with zero gradients to make its state)."""
+    _state["quiet"] += 1
+    try:
+        yield
+    finally:
+        _state["quiet"] -= 1
 
 
 def batch_size(batch: Any) -> int | None:
@@ -36,7 +49,7 @@ def batch_size(batch: Any) -> int | None:
 
 
 def _after_step(optimizer: Any, args: Any, kwargs: Any) -> None:
-    if instrument.reported_by_program():
+    if _state["quiet"] or instrument.reported_by_program():
         return
     if _state["optimizer"] is None:
         _state["optimizer"] = id(optimizer)

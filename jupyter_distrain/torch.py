@@ -1,0 +1,134 @@
+"""What a PyTorch program in a ``--backend torch`` job may use (plain PyTorch needs none
+of it: ``torch.distributed.init_process_group()`` works with no arguments).
+
+- :func:`setup` initialises the process group (Gloo on CPU, NCCL where the ranks have
+  GPUs) and returns the device this rank uses (``LOCAL_RANK`` indexes the GPUs);
+- :func:`checkpointed` makes a training loop scalable: ``%distributed scale`` and the
+  widget's +/- save the state at a step boundary (``torch.distributed.checkpoint``, so
+  FSDP's sharded state works too) and the job restarts at the new world size from it,
+  at the same global step::
+
+      state = jdt.checkpointed(model=model, optimizer=optimizer, step=0)
+      while state.step < steps:
+          ...  # one step
+          state.step += 1
+          state.save_if_asked()  # saves and exits when a scale is asked; else nothing
+
+Every rank must call :meth:`Checkpointed.save_if_asked` at the same steps: they agree
+(one tiny allreduce) on whether to save, since the request reaches them at different
+moments.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+from .worker.instrument import (
+    CHECKPOINT_EXIT,
+    checkpoint_dir,
+    continue_steps_from,
+    should_checkpoint,
+)
+from .worker.torch_hook import not_a_step
+
+__all__ = ["Checkpointed", "checkpointed", "setup"]
+
+STATE = "torch-state"  # the directory under the job's checkpoints/
+
+
+def setup() -> torch.device:
+    """Initialise the default process group once (NCCL when CUDA is available, else
+    Gloo) and return this rank's device."""
+    cuda = torch.cuda.is_available()
+    if not dist.is_initialized():
+        dist.init_process_group("nccl" if cuda else "gloo")
+    if cuda:
+        device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")))
+        torch.cuda.set_device(device)
+        return device
+    return torch.device("cpu")
+
+
+class Checkpointed:
+    """A model, its optimizer and plain values (``step``, ...) saved together, loaded
+    from the job's last checkpoint if there is one (see the module docstring)."""
+
+    def __init__(self, model: torch.nn.Module, optimizer: Any = None, **values: Any):
+        self.model = model
+        self.optimizer = optimizer
+        self.values = dict(values)
+        self.path: Path = checkpoint_dir() / STATE
+        self.resumed = (self.path / ".metadata").exists()
+        if self.resumed:
+            with not_a_step():
+                self._load()
+
+    def __getattr__(self, name: str) -> Any:
+        values = self.__dict__.get("values", {})
+        if name in values:
+            return values[name]
+        raise AttributeError(name)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if "values" in self.__dict__ and name in self.values:
+            self.values[name] = value
+        else:
+            super().__setattr__(name, value)
+
+    def _state_dict(self) -> dict[str, Any]:
+        from torch.distributed.checkpoint.state_dict import get_state_dict
+
+        if self.optimizer is None:
+            from torch.distributed.checkpoint.state_dict import get_model_state_dict
+
+            return {"model": get_model_state_dict(self.model), "values": dict(self.values)}
+        model, optim = get_state_dict(self.model, self.optimizer)
+        return {"model": model, "optimizer": optim, "values": dict(self.values)}
+
+    def _load(self) -> None:
+        import torch.distributed.checkpoint as dcp
+        from torch.distributed.checkpoint.state_dict import set_model_state_dict, set_state_dict
+
+        state = self._state_dict()
+        dcp.load(state, checkpoint_id=str(self.path))
+        if self.optimizer is None:
+            set_model_state_dict(self.model, state["model"])
+        else:
+            set_state_dict(
+                self.model,
+                self.optimizer,
+                model_state_dict=state["model"],
+                optim_state_dict=state["optimizer"],
+            )
+        self.values.update(state["values"])
+        if isinstance(self.values.get("step"), int):  # the widget's steps go on from there
+            continue_steps_from(self.values["step"])
+
+    def save(self) -> None:
+        """Save now (every rank: a collective)."""
+        import torch.distributed.checkpoint as dcp
+
+        with not_a_step():
+            dcp.save(self._state_dict(), checkpoint_id=str(self.path))
+
+    def save_if_asked(self) -> None:
+        """If the job was asked to checkpoint (to scale), save on every rank and exit
+        with ``CHECKPOINT_EXIT``; otherwise return at once."""
+        asked = torch.tensor([1 if should_checkpoint() else 0])
+        if dist.is_initialized() and dist.get_world_size() > 1:
+            dist.all_reduce(asked, op=dist.ReduceOp.MAX)
+        if asked.item():
+            self.save()
+            if dist.is_initialized():
+                dist.destroy_process_group()
+            raise SystemExit(CHECKPOINT_EXIT)
+
+
+def checkpointed(model: torch.nn.Module, optimizer: Any = None, **values: Any) -> Checkpointed:
+    """The training state to save when the job scales, resumed from the last save."""
+    return Checkpointed(model, optimizer, **values)
