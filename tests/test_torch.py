@@ -184,13 +184,18 @@ import jupyter_distrain.torch as jdt
 jdt.setup()
 torch.set_num_threads(1)
 torch.manual_seed(0)
-model = torch.nn.parallel.DistributedDataParallel(torch.nn.Linear(8, 1))
-optimizer = torch.optim.SGD(model.parameters(), lr=0.05)
+model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 1))
+WRAP
+optimizer = torch.optim.Adam(model.parameters(), lr=0.01)
 state = jdt.checkpointed(model=model, optimizer=optimizer, step=0)
+local = sum(getattr(p, "to_local", lambda: p)().numel() for p in model.parameters())
+total = sum(p.numel() for p in model.parameters())
+torch.manual_seed(1)
 x = torch.randn(64, 8)
 y = x.sum(1, keepdim=True)
 first = torch.nn.functional.mse_loss(model(x), y).item()
-print(f"start at step {state.step} world {dist.get_world_size()} loss {first:.4f}", flush=True)
+print(f"start at step {state.step} world {dist.get_world_size()} loss {first:.4f} "
+      f"holds {local} of {total}", flush=True)
 while True:
     optimizer.zero_grad()
     torch.nn.functional.mse_loss(model(x), y).backward()
@@ -201,14 +206,26 @@ while True:
     time.sleep(0.02)
     state.save_if_asked()
 """
-START = re.compile(r"start at step (\d+) world (\d) loss ([\d.]+)")
+WRAPS = {
+    "ddp": "model = torch.nn.parallel.DistributedDataParallel(model)",
+    "fsdp": (  # FSDP2: each Linear's parameters sharded across the ranks, then the root
+        "from torch.distributed.fsdp import fully_shard\n"
+        "for layer in model[0], model[2]:\n"
+        "    fully_shard(layer)\n"
+        "fully_shard(model)"
+    ),
+}
+START = re.compile(r"start at step (\d+) world (\d) loss ([\d.]+) holds (\d+) of (\d+)")
 
 
-def test_scale_2_to_3_resumes_at_the_same_global_step_from_the_checkpoint(jobs_root):
+@pytest.mark.parametrize("wrap", ["ddp", "fsdp"])
+def test_scale_2_to_3_resumes_at_the_same_global_step_from_the_checkpoint(jobs_root, wrap):
     """``jupyter_distrain.torch.checkpointed``: the scale saves model and optimizer with
     torch.distributed.checkpoint at one step on every rank; the three ranks of the next
-    generation load it and go on from that step, with the loss where it was."""
-    job = submit(JobSpec(code=SCALABLE, workers=2, backend="torch", grace=2))
+    generation load it and go on from that step, with the loss where it was. With FSDP2
+    (``fully_shard``) each rank holds a shard, and the shards are re-cut for three."""
+    code = SCALABLE.replace("WRAP", WRAPS[wrap])
+    job = submit(JobSpec(code=code, workers=2, backend="torch", grace=2))
     log = job.dir.log_file(ProcessId("worker", 0))
     wait_for(lambda: log.exists() and "step 30\n" in log.read_text(), 120, what="step 30")
     job.scale(3)
@@ -227,6 +244,13 @@ def test_scale_2_to_3_resumes_at_the_same_global_step_from_the_checkpoint(jobs_r
     step, world = resumed.pop()
     assert world == "3" and int(step) >= 30
     assert float(runs[0][-1][2]) < float(runs[0][0][2]) / 4  # the loss went on, not reset
+    for generation, size in ((0, 2), (-1, 3)):
+        held = [int(run[generation][3]) for run in runs[:size]]
+        total = int(runs[0][0][4])
+        if wrap == "fsdp":
+            assert sum(held) == total and max(held) < total, held  # sharded
+        else:
+            assert held == [total] * size  # replicated
 
     def rank_2_steps() -> list[int]:
         records = map(json.loads, job.dir.metrics_file.read_text().splitlines())
