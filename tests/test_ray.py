@@ -31,6 +31,8 @@ from netprobe import (
 )
 from raycluster import HEAD_ADDRESS, QUIET_RAY, RayCluster, ray_cluster
 from test_tf_backends import SEED_PROGRAM
+from test_torch import DDP_PROGRAM
+from test_torch import SAID as DDP_SAID
 
 from jupyter_distrain.client import api
 from jupyter_distrain.client.job import Job
@@ -215,6 +217,24 @@ def test_a_horovod_job_runs_one_rank_on_each_node(cluster, driver, jobs_root):
     assert leftovers(driver, job.id) == []
     assert wait_until_gone(job.id, 10) == []
     assert node_dirs(cluster, job.id) == []
+
+
+def test_a_torch_ddp_job_runs_one_rank_on_each_node(cluster, driver, jobs_root):
+    job = api.submit(
+        JobSpec(code=DDP_PROGRAM, workers=2, backend="torch", cpu=0.5, **cluster.options())
+    )
+    assert job.wait(240) == "succeeded", job.status().error
+    said = [DDP_SAID.search(job.logs(ProcessId("worker", i))) for i in (0, 1)]
+    assert all(said), job.logs()
+    assert {m.group(4) for m in said} == {said_address(job, 0)}  # rank 0's node address
+    assert said[0].group(5) == said[1].group(5)  # identical weights
+    assert {p.address for p in job.status().processes} == NODE_ADDRESSES
+    assert leftovers(driver, job.id) == []
+    assert node_dirs(cluster, job.id) == []
+
+
+def said_address(job: Job, index: int) -> str:
+    return next(p.address for p in job.status().processes if p.index == index)
 
 
 def test_a_parameter_server_job_runs_across_the_nodes(cluster, driver, jobs_root):

@@ -21,7 +21,11 @@ from jobscan import left_after
 from jobscan import processes_naming as job_processes
 from multihost import SSH_PORT, SshCluster, ssh_cluster
 from test_metrics_widget import KERAS_FIT
+from test_mpi import AVERAGING
+from test_mpi import SAID as MPI_SAID
 from test_tf_backends import SEED_PROGRAM
+from test_torch import DDP_PROGRAM
+from test_torch import SAID as DDP_SAID
 
 import jupyter_distrain
 from jupyter_distrain.client import api
@@ -190,6 +194,38 @@ def test_a_tf_collective_job_runs_across_hosts(cluster, jobs_root):
     assert "Hosts checked: 10.232.0.11 (jdeth0, 1 slot), 10.232.0.12" in widget.header.value
     for index in (0, 1):
         assert "replicas 2 total 4.0" in job.logs(ProcessId("worker", index))
+
+
+def test_a_torch_ddp_job_runs_one_rank_on_each_host(cluster, jobs_root):
+    """torchrun's environment across hosts: MASTER_ADDR is rank 0's host address on the
+    hosts' network, each host a node of its own; the ranks end with identical weights."""
+    job = api.submit(JobSpec(code=DDP_PROGRAM, workers=2, backend="torch", **cluster.options()))
+    assert job.wait(240) == "succeeded", job.status().error
+    said = [DDP_SAID.search(job.logs(ProcessId("worker", i))) for i in (0, 1)]
+    assert all(said), job.logs()
+    assert [m.group(3) for m in said] == [
+        "LOCAL_RANK=0 LOCAL_WORLD_SIZE=1 GROUP_RANK=0",
+        "LOCAL_RANK=0 LOCAL_WORLD_SIZE=1 GROUP_RANK=1",
+    ]
+    assert {m.group(4) for m in said} == {"10.232.0.11"}  # rank 0's host, never a name
+    assert said[0].group(5) == said[1].group(5)
+    assert [p.host for p in job.status().processes] == ["jdh1", "jdh2"]
+    assert wait_until_gone(job.id, 10) == []
+    assert remote_dirs(job.id) == []
+
+
+def test_an_mpi4py_job_runs_one_rank_on_each_host(cluster, jobs_root):
+    job = api.submit(JobSpec(code=AVERAGING, workers=2, backend="mpi", **cluster.options()))
+    assert job.wait(180) == "succeeded", job.status().error
+    said = [MPI_SAID.search(job.logs(ProcessId("worker", i))) for i in (0, 1)]
+    assert all(said), job.logs()
+    assert said[0].group(3) == said[1].group(3) and float(said[0].group(4)) > 0.85
+    assert [(p.index, p.host) for p in job.status().processes if p.role == "worker"] == [
+        (0, "jdh1"),
+        (1, "jdh2"),
+    ]
+    assert wait_until_gone(job.id, 10) == []
+    assert remote_dirs(job.id) == []
 
 
 def _refused(cluster: SshCluster, jobs_root: Path, **changes: object) -> str:

@@ -9,20 +9,21 @@ driver (:mod:`.horovod_elastic`). MPI mode runs one ``mpirun`` that starts every
 from __future__ import annotations
 
 import importlib.util
-import os
-import shutil
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from ..contract.cellcheck import resizes_in_place
-from ..contract.process import Env, ProcessId
+from ..contract.process import ProcessId
 from ..contract.status import ProcessRecord
 from ..frameworks import horovod_missing_reason
-from ..launchers.base import Launcher, ProcessSpec, Slot
+from ..launchers.base import Launcher, Slot
 from .base import Backend, Outcome, Plan, WorkerCommand
 from .horovod_elastic import ElasticRun
 from .horovod_rendezvous import RendezvousService, gloo_rank_env, hosts_string, rendezvous_ports
+from .mpirun import mpirun_process
+
+HOROVOD_MPI_ENV = {"HOROVOD_CONTROLLER": "mpi", "HOROVOD_CPU_OPERATIONS": "mpi"}
 
 
 class HorovodBackend(Backend):
@@ -45,7 +46,7 @@ class HorovodBackend(Backend):
 
     def prepare(self, slots: list[Slot], launcher: Launcher, worker: WorkerCommand) -> Plan:
         if self.spec.controller == "mpi":
-            return Plan([mpirun_process(slots, worker, self.spec.env)])
+            return Plan([mpirun_process(slots, worker, self.spec.env, HOROVOD_MPI_ENV)])
         address = launcher.driver_address()
         if self.elastic:
             run = ElasticRun(slots, address, worker, timeout=int(self.spec.timeout))
@@ -70,32 +71,3 @@ class HorovodBackend(Backend):
         if self.elastic:
             return None  # the elastic driver restarts or ends; it says so through backend_done
         return super().outcome(records, ended)
-
-
-def mpirun_process(
-    slots: list[Slot], worker: WorkerCommand, user_env: dict[str, str]
-) -> ProcessSpec:
-    """One ``mpirun`` that starts a rank in every slot. The ranks name themselves from
-    their MPI rank and report their own pids and exits, so each still gets a row."""
-    mpirun = shutil.which("mpirun")
-    if mpirun is None:
-        raise RuntimeError("--controller mpi needs mpirun (Debian: openmpi-bin)")
-    argv = [mpirun]
-    if os.geteuid() == 0:
-        argv.append("--allow-run-as-root")
-    argv += ["-np", str(len(slots)), "-H", hosts_string(slots)]
-    argv += ["--bind-to", "none", "--map-by", "slot"]
-    # Shared-memory single copy (CMA) is refused inside many containers.
-    argv += ["--mca", "btl_vader_single_copy_mechanism", "none"]
-    env = {
-        **worker.env,
-        Env.IDENTITY_FROM_MPI: "1",
-        "HOROVOD_CONTROLLER": "mpi",
-        "HOROVOD_CPU_OPERATIONS": "mpi",
-    }
-    # Locally mpirun's children inherit its environment; -x carries it to other hosts.
-    inherited = {"PATH", "PYTHONPATH", "LD_LIBRARY_PATH"} & set(os.environ)
-    for key in sorted({*env, *user_env, *inherited}):
-        argv += ["-x", key]
-    ranks = {ProcessId("worker", slot.index): slot for slot in slots}
-    return ProcessSpec(ProcessId("mpirun", 0), argv + worker.argv, env, hosts=ranks)

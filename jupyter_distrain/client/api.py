@@ -44,11 +44,12 @@ def resolve_backend(spec: JobSpec) -> tuple[str, str]:
     if spec.ps:
         return "ps", "--ps given"
     imported = imported_packages(spec.code)
-    if "torch" in imported and not imported & TENSORFLOW_PACKAGES:
-        ok, why = load_plugin(BACKENDS, "torch").available()
-        if not ok:
-            raise SpecError(f"--backend auto: the cell imports torch, but {why}")
-        return "torch", f"the cell imports torch and not TensorFlow; {why}"
+    for package, backend in (("torch", "torch"), ("mpi4py", "mpi")):
+        if package in imported and not imported & (TENSORFLOW_PACKAGES | {"torch"} - {package}):
+            ok, why = load_plugin(BACKENDS, backend).available()
+            if not ok:
+                raise SpecError(f"--backend auto: the cell imports {package}, but {why}")
+            return backend, f"the cell imports {package} and not TensorFlow; {why}"
     reasons = []
     for name in BACKEND_PREFERENCE:
         ok, why = load_plugin(BACKENDS, name).available()

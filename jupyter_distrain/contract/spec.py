@@ -75,6 +75,10 @@ class JobSpec(_JobFields):
         if given:
             self.launcher_options = {**self.launcher_options, **_as_options(given, strict=True)}
 
+    def uses_mpirun(self) -> bool:
+        """Whether one ``mpirun`` starts every rank (mpi4py, Horovod's MPI controller)."""
+        return self.backend == "mpi" or (self.backend == "horovod" and self.controller == "mpi")
+
     def validate(self) -> JobSpec:
         """Check every field; raise :class:`SpecError` naming the first bad one."""
         if not isinstance(self.workers, int) or self.workers < 1:

@@ -302,8 +302,9 @@ class RayLauncher(Launcher):
     # --- at submit -------------------------------------------------------------------
     @classmethod
     def check_capacity(cls, spec: JobSpec, processes: int) -> JobSpec:
-        if spec.controller == "mpi":
-            raise SpecError("--controller mpi is not supported by --launcher ray: use gloo")
+        if spec.uses_mpirun():
+            what = "--backend mpi" if spec.backend == "mpi" else "--controller mpi"
+            raise SpecError(f"{what} is not supported by --launcher ray (no mpirun on Ray)")
         if spec.gpus:
             raise SpecError("--gpus is not supported by --launcher ray yet")
         if spec.backend == "horovod" and uses_horovod_elastic(spec.code):

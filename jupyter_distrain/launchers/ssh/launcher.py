@@ -117,7 +117,7 @@ class SshLauncher(Launcher):
 
     @classmethod
     def check_capacity(cls, spec: JobSpec, processes: int) -> JobSpec:
-        if spec.backend == "horovod" and spec.controller == "mpi" and not shutil.which("mpirun"):
+        if spec.uses_mpirun() and not shutil.which("mpirun"):
             raise SpecError("--controller mpi needs mpirun here (Debian: openmpi-bin)")
         if spec.gpus:
             raise SpecError("--gpus is not supported by --launcher ssh yet")
