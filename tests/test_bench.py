@@ -46,7 +46,7 @@ def test_a_two_worker_bench_of_tf_and_ps_measures_every_configuration(jobs_root)
     svg = ET.fromstring((out / "chart.svg").read_text())
     assert len(svg.findall("{http://www.w3.org/2000/svg}polyline")) == 2
     table = bench.table(rows).splitlines()
-    assert table[0].split() == ["backend", "workers", "images/sec", "efficiency"]
+    assert table[0].split() == ["backend", "framework", "workers", "images/sec", "efficiency"]
     assert [line.split()[0] for line in table[1:]] == ["ps", "ps", "tf", "tf"]
 
 
@@ -88,7 +88,7 @@ def test_the_command_line_benches_horovod_and_copies_the_results(jobs_root, tmp_
 @pytest.mark.parametrize(
     "flags, message",
     [
-        (["--backends", "horovod,nope"], "--backends: nope; choose from horovod, tf, ps, ps-sync"),
+        (["--backends", "horovod,nope"], "--backends: nope; choose from horovod, tf, ps, ps-sync, torch"),
         (["--ps", "0"], "--ps needs counts >= 1"),
         (["--ps", "two"], "--ps must be comma-separated whole numbers"),
         (["--epochs", "1"], "--epochs must be >= 2"),

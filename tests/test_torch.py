@@ -260,3 +260,18 @@ def test_scale_2_to_3_resumes_at_the_same_global_step_from_the_checkpoint(jobs_r
     assert rank_2_steps()[0] == int(step) + 1  # the widget's steps go on from there too
     assert job.stop() == "stopped"
     assert left_after(lambda: processes_of(job.dir.path), 10) == []
+
+
+def test_bench_runs_torch_on_the_same_resnet_and_says_its_framework(jobs_root):
+    from jupyter_distrain.client import bench
+
+    tiny = {"image_size": 8, "width": 4, "blocks": 1, "batch_size": 8, "steps": 5, "epochs": 2}
+    settings = bench.BenchSettings(workers=2, backends=["torch"], **tiny)
+    rows, _ = bench.run(settings, progress=lambda line: None)
+    assert sorted((r.backend, r.framework, r.workers) for r in rows) == [
+        ("torch", "PyTorch", 1),
+        ("torch", "PyTorch", 2),
+    ]
+    assert all(r.images_per_sec > 0 for r in rows)
+    lines = bench.table(rows).splitlines()
+    assert lines[1].split()[:3] == ["torch", "PyTorch", "1"]

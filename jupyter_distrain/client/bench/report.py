@@ -21,6 +21,7 @@ class BenchRow:
     images_per_sec: float
     efficiency: float | None  # throughput at N / (N x throughput at 1)
     job: str
+    framework: str = "TensorFlow"  # or "PyTorch"
 
 
 def save(rows: list[BenchRow], settings: BenchSettings, out: Path) -> None:
@@ -40,10 +41,13 @@ def save(rows: list[BenchRow], settings: BenchSettings, out: Path) -> None:
 
 def table(rows: list[BenchRow]) -> str:
     """The results as a text table, one line per backend and worker count."""
-    lines = [f"{'backend':<18}{'workers':>8}{'images/sec':>13}{'efficiency':>12}"]
+    lines = [f"{'backend':<18}{'framework':<12}{'workers':>8}{'images/sec':>13}{'efficiency':>12}"]
     for r in sorted(rows, key=lambda r: (r.backend, r.workers)):
         efficiency = "-" if r.efficiency is None else f"{r.efficiency:.2f}"
-        lines.append(f"{r.backend:<18}{r.workers:>8}{r.images_per_sec:>13,.0f}{efficiency:>12}")
+        lines.append(
+            f"{r.backend:<18}{r.framework:<12}{r.workers:>8}{r.images_per_sec:>13,.0f}"
+            f"{efficiency:>12}"
+        )
     return "\n".join(lines)
 
 

@@ -13,12 +13,13 @@ from ...contract.spec import JobSpec
 from ...contract.store import jobs_root
 from ..api import submit
 from .report import BenchRow, save
-from .settings import PS_BACKENDS, BenchSettings
+from .settings import PS_BACKENDS, BenchSettings, framework_of
 
 _REPORTER = {
     "horovod": ProcessId("worker", 0),
     "tf": ProcessId("worker", 0),
     "ps-sync": ProcessId("worker", 0),  # the TF1 contract's chief
+    "torch": ProcessId("worker", 0),
 }
 _RATE = re.compile(r"BENCH images_per_sec=([\d.]+)")
 
@@ -68,7 +69,8 @@ def run(
     for (name, workers), (rate, job) in rates.items():
         single = rates.get((name, 1))
         efficiency = rate / (workers * single[0]) if single and single[0] else None
-        rows.append(BenchRow(name, workers, rate, efficiency, job))
+        backend = next(b for b, _, ps in runs if label(b, ps) == name)
+        rows.append(BenchRow(name, workers, rate, efficiency, job, framework_of(backend)))
     out = jobs_root(create=True) / "bench" / time.strftime("%Y%m%d-%H%M%S")
     out.mkdir(parents=True, mode=0o700)
     save(rows, settings, out)

@@ -9,9 +9,23 @@ from typing import Any
 
 from ...contract.spec import SpecError
 
-BACKENDS = ("horovod", "tf", "ps", "ps-sync")
+BACKENDS = ("horovod", "tf", "ps", "ps-sync", "torch")
+DEFAULT_BACKENDS = ("horovod", "tf", "ps", "ps-sync")  # torch is asked for (an optional extra)
 PS_BACKENDS = ("ps", "ps-sync")  # run with each --ps count
-_PROGRAM_FILES = {"horovod": "horovod.py", "tf": "tf.py", "ps": "ps.py", "ps-sync": "ps_sync.py"}
+_PROGRAM_FILES = {
+    "horovod": "horovod.py",
+    "tf": "tf.py",
+    "ps": "ps.py",
+    "ps-sync": "ps_sync.py",
+    "torch": "torch.py",
+}
+FRAMEWORKS = {"torch": "PyTorch"}  # the others: TensorFlow
+_MODEL_FILES = {"torch": "model_torch.py"}  # the same ResNet, per framework
+
+
+def framework_of(backend: str) -> str:
+    """The framework a bench backend trains with, as the table names it."""
+    return FRAMEWORKS.get(backend, "TensorFlow")
 
 
 def program_text(name: str) -> str:
@@ -25,7 +39,7 @@ class BenchSettings:
     model and the launcher."""
 
     workers: int = 2
-    backends: list[str] = field(default_factory=lambda: list(BACKENDS))
+    backends: list[str] = field(default_factory=lambda: list(DEFAULT_BACKENDS))
     ps: list[int] = field(default_factory=lambda: [1])
     image_size: int = 32
     width: int = 16
@@ -62,7 +76,8 @@ class BenchSettings:
             f"IMAGE, WIDTH, BLOCKS = {self.image_size}, {self.width}, {self.blocks}\n"
             f"BATCH, STEPS, EPOCHS = {self.batch_size}, {self.steps}, {self.epochs}\n"
         )
-        return constants + program_text("model.py") + program_text(_PROGRAM_FILES[backend])
+        model = program_text(_MODEL_FILES.get(backend, "model.py"))
+        return constants + model + program_text(_PROGRAM_FILES[backend])
 
     def runs(self) -> list[tuple[str, int, int]]:
         """(backend, workers, ps) for every run, one worker count at a time."""
