@@ -17,6 +17,7 @@ import pytest
 from conftest import wait_for
 from jobscan import left_after, processes_of
 from netprobe import listening_sockets, other_host_namespace, port_open
+from test_pool import _ready_pool, pool_on  # noqa: F401  (pool_on: a fixture)
 
 from jupyter_distrain import JobSpec, SpecError, submit
 from jupyter_distrain.contract.process import ProcessId
@@ -275,3 +276,22 @@ def test_bench_runs_torch_on_the_same_resnet_and_says_its_framework(jobs_root):
     assert all(r.images_per_sec > 0 for r in rows)
     lines = bench.table(rows).splitlines()
     assert lines[1].split()[:3] == ["torch", "PyTorch", "1"]
+
+
+@pytest.mark.usefixtures("pool_on")
+def test_a_rerun_takes_warm_torch_processes_and_trains_the_same():
+    """The torch pool kind: processes with torch imported and nothing initialised; the
+    second run's ranks are claimed from it and train to the same weights."""
+    first = submit(JobSpec(code=DDP_PROGRAM, workers=2, backend="torch"))
+    assert first.wait(240) == "succeeded", first.status().error
+    assert [p.pooled for p in first.status().processes] == [False, False]
+    idle = _ready_pool().idle
+    second = submit(JobSpec(code=DDP_PROGRAM, workers=2, backend="torch"))
+    assert second.wait(240) == "succeeded", second.status().error
+    rows = second.status().processes
+    assert [p.pooled for p in rows] == [True, True]
+    assert sorted(p.pid for p in rows) == sorted(idle)
+    weights = {
+        said(job.logs(ProcessId("worker", i))).group(5) for job in (first, second) for i in (0, 1)
+    }
+    assert len(weights) == 1

@@ -23,12 +23,13 @@ from ..contract.process import Env
 from ..frameworks import TENSORFLOW_DISTRIBUTIONS, installed_version
 
 # backend -> the kind of pooled process that serves it
-KIND_OF_BACKEND = {"horovod": "horovod", "tf": "tensorflow", "ps": "tensorflow"}
+KIND_OF_BACKEND = {"horovod": "horovod", "tf": "tensorflow", "ps": "tensorflow", "torch": "torch"}
 
 # what each kind imports before it waits (module names, in order)
 PREIMPORTS = {
     "tensorflow": ["numpy", "tensorflow"],
     "horovod": ["numpy", "tensorflow", "horovod.tensorflow", "horovod.tensorflow.keras"],
+    "torch": ["numpy", "torch", "torch.distributed", "torch.nn.parallel"],  # nothing initialised
 }
 
 # the distributions behind each pre-imported module (and what TensorFlow imports itself)
@@ -36,6 +37,7 @@ _DISTRIBUTIONS = {
     "numpy": [("numpy",)],
     "tensorflow": [TENSORFLOW_DISTRIBUTIONS, ("keras",), ("tf-keras",)],
     "horovod.tensorflow": [("horovod",)],
+    "torch": [("torch",)],
 }
 _PACKAGE_DIR = Path(__file__).resolve().parent.parent
 
@@ -43,6 +45,13 @@ _PACKAGE_DIR = Path(__file__).resolve().parent.parent
 # worker bootstrap): a pooled process takes them at claim time
 _PER_JOB_PREFIXES = ("JUPYTER_DISTRAIN_", "HOROVOD_", "OMPI_", "PMI_", "JPY_")
 _PER_JOB_NAMES = {"TF_CONFIG", "CUDA_VISIBLE_DEVICES", "PWD", "OLDPWD"}
+# torchrun's variables (backends/torch.py), read by init_process_group
+_PER_JOB_NAMES |= {
+    "RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_RANK", "GROUP_WORLD_SIZE",
+    "ROLE_RANK", "ROLE_WORLD_SIZE", "ROLE_NAME", "MASTER_ADDR", "MASTER_PORT",
+    "TORCHELASTIC_RUN_ID", "TORCHELASTIC_MAX_RESTARTS", "GLOO_SOCKET_IFNAME",
+    "NCCL_SOCKET_IFNAME", "TORCH_NCCL_ASYNC_ERROR_HANDLING",
+}  # fmt: skip
 
 
 # what a user's --env may set that libraries read when imported
