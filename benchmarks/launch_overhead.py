@@ -1,5 +1,7 @@
 """Launch overhead: plain ``horovodrun --gloo -np 2`` against ``%%distributed --workers 2``,
-started cold (``--no-pool``) and warm (processes taken from the warm pool).
+started cold (``--no-pool``) and warm (processes taken from the warm pool); with
+``--framework torch``, ``torchrun --standalone --nproc-per-node 2`` against
+``%%distributed --backend torch`` the same way (a small DDP model over Gloo).
 
 The same Keras script runs under the three, ``--rounds`` times, the order rotating
 each round so each comes first equally often. Rank 0 prints the wall-clock time of
@@ -13,7 +15,7 @@ to see 1%. Before each run the pool is left to finish refilling, so no run share
 the cores with a pool's imports. The raw per-round figures are saved to
 ``benchmarks/results/``.
 
-    .venv/bin/python benchmarks/launch_overhead.py [--rounds 20] [--steps 600]
+    .venv/bin/python benchmarks/launch_overhead.py [--rounds 20] [--steps 600] [--framework torch]
 """
 
 from __future__ import annotations
@@ -72,6 +74,37 @@ model.fit(data, steps_per_epoch=STEPS, epochs=1, verbose=0,
           callbacks=[hvd.callbacks.BroadcastGlobalVariablesCallback(0), Clock()])
 """
 
+TORCH_SCRIPT = """\
+import time
+import torch
+import torch.distributed as dist
+
+dist.init_process_group("gloo")
+STEPS, WARMUP, BATCH = {steps}, 20, 64
+torch.manual_seed(dist.get_rank())
+x = torch.rand(BATCH * 8, 3, 32, 32)
+y = torch.randint(0, 10, (BATCH * 8,))
+model = torch.nn.parallel.DistributedDataParallel(torch.nn.Sequential(
+    torch.nn.Conv2d(3, 16, 3), torch.nn.ReLU(), torch.nn.MaxPool2d(2), torch.nn.Flatten(),
+    torch.nn.Linear(16 * 15 * 15, 64), torch.nn.ReLU(), torch.nn.Linear(64, 10),
+))
+optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+loss_of = torch.nn.CrossEntropyLoss()
+for step in range(STEPS):
+    batch = slice((step % 8) * BATCH, (step % 8 + 1) * BATCH)
+    optimizer.zero_grad()
+    loss_of(model(x[batch]), y[batch]).backward()
+    optimizer.step()
+    if step == 0:
+        first = time.time()
+    if step == WARMUP:
+        warm = time.perf_counter()
+rate = (STEPS - 1 - WARMUP) / (time.perf_counter() - warm)
+if dist.get_rank() == 0:
+    print(f"BENCH first_step={{first:.6f}} steps_per_sec={{rate:.3f}}", flush=True)
+dist.destroy_process_group()
+"""
+
 BENCH_RE = re.compile(r"BENCH first_step=([\d.]+) steps_per_sec=([\d.]+)")
 
 
@@ -93,6 +126,26 @@ def run_horovodrun(script: Path) -> tuple[float, float]:
     )
     first, rate = parse(proc.stdout)
     return first - started, rate
+
+
+def run_torchrun(script: Path) -> tuple[float, float]:
+    torchrun = Path(sys.executable).with_name("torchrun")
+    started = time.time()
+    proc = subprocess.run(
+        [str(torchrun), "--standalone", "--nproc-per-node", "2", str(script)],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    first, rate = parse(proc.stdout)
+    return first - started, rate
+
+
+# per framework: the program, the launcher by hand it is compared with, that one's runner
+FRAMEWORKS = {
+    "keras": (SCRIPT, "horovodrun", run_horovodrun),
+    "torch": (TORCH_SCRIPT, "torchrun", run_torchrun),
+}
 
 
 def wait_for_pool(processes: int = 2, timeout: float = 120.0) -> None:
@@ -126,15 +179,15 @@ def run_distributed(shell, code: str, flags: str = "") -> tuple[float, float]:
 
 
 @contextlib.contextmanager
-def bench_session(steps: int) -> Iterator[tuple[Path, str, Path, Any]]:
+def bench_session(steps: int, program: str = SCRIPT) -> Iterator[tuple[Path, str, Path, Any]]:
     """A temporary directory (holding the jobs root unless one is set), the benchmark
-    program for ``steps`` steps as code and as a script file, and an IPython shell with
-    the extension loaded."""
+    ``program`` for ``steps`` steps as code and as a script file, and an IPython shell
+    with the extension loaded."""
     from IPython.core.interactiveshell import InteractiveShell
 
     with tempfile.TemporaryDirectory() as tmp:
         os.environ.setdefault("JUPYTER_DISTRAIN_ROOT", str(Path(tmp) / "jobs"))
-        code = SCRIPT.format(steps=steps)
+        code = program.format(steps=steps)
         script = Path(tmp) / "bench_keras.py"
         script.write_text(code)
         shell = InteractiveShell.instance()
@@ -166,18 +219,20 @@ def main() -> int:
         action="store_true",
         help="switch off the Keras metrics in %%distributed (to see what they cost)",
     )
+    parser.add_argument("--framework", choices=sorted(FRAMEWORKS), default="keras")
     args = parser.parse_args()
+    program, by_hand, run_by_hand = FRAMEWORKS[args.framework]
 
-    with bench_session(args.steps) as (tmp, code, script, shell):
-        columns = ("horovodrun", "distributed", "warm")
+    with bench_session(args.steps, program) as (tmp, code, script, shell):
+        columns = (by_hand, "distributed", "warm")
         results: dict[str, list[tuple[float, float]]] = {name: [] for name in columns}
         flags = "--env JUPYTER_DISTRAIN_INSTRUMENT=0" if args.no_instrument else ""
         run_distributed(shell, code, flags)  # primes the pool: it fills when a job ends
         wait_for_pool()
         for i in range(args.rounds):
             for name in columns[i % 3 :] + columns[: i % 3]:
-                if name == "horovodrun":
-                    res = run_horovodrun(script)
+                if name == by_hand:
+                    res = run_by_hand(script)
                 elif name == "distributed":
                     res = run_distributed(shell, code, f"--no-pool {flags}")
                 else:
@@ -201,24 +256,24 @@ def main() -> int:
     for name, (first, rate) in med.items():
         print(f"{name:<14}{first:>24.2f}{rate:>12.1f}")
     for name in ("distributed", "warm"):
-        ttfs_ratio = med[name][0] / med["horovodrun"][0]
-        rate_ratio = med[name][1] / med["horovodrun"][1]
+        ttfs_ratio = med[name][0] / med[by_hand][0]
+        rate_ratio = med[name][1] / med[by_hand][1]
         print(
-            f"ratio of medians, {name}/horovodrun: time to first step {ttfs_ratio:.2f}, "
+            f"ratio of medians, {name}/{by_hand}: time to first step {ttfs_ratio:.2f}, "
             f"steps/sec {rate_ratio:.3f} (target >= 0.99)"
         )
     # the runs of a round ran back to back: pairing them cancels the machine's drifts
     for name in ("distributed", "warm"):
-        pairs = list(zip(results[name], results["horovodrun"], strict=True))
+        pairs = list(zip(results[name], results[by_hand], strict=True))
         for label, column in (("time to first step", 0), ("steps/sec", 1)):
             ratios = [d[column] / h[column] for d, h in pairs]
             mean, low, high = mean_with_interval(ratios)
             print(
-                f"{name}/horovodrun {label}: mean of per-round ratios {mean:.3f} (95% CI "
+                f"{name}/{by_hand} {label}: mean of per-round ratios {mean:.3f} (95% CI "
                 f"{low:.3f}-{high:.3f}, {len(ratios)} rounds; median "
                 f"{statistics.median(ratios):.3f})"
             )
-    save_rounds("launch_overhead", args, results)
+    save_rounds(f"launch_overhead-{args.framework}", args, results)
     return 0
 
 
