@@ -32,13 +32,16 @@ TORCH_INDEX    ?=
 WITH_TORCH     ?= 1
 TORCH.1        := $(STAMPS)/torch
 PYTEST_ARGS.current := -m "not horovod"
-# the second run (current TensorFlow beside the pinned one) leaves out the families that
-# do not depend on TensorFlow's version and start ssh hosts or a Ray cluster: they run
-# once, in the first run (what hosts send back, the agent, kernels submitting at once)
-SECOND_RUN_ARGS := $(PYTEST_ARGS.current) --ignore=tests/test_ssh.py --ignore=tests/test_ray.py \
-  --ignore=tests/test_delivery.py --ignore=tests/test_agent_leftovers.py \
-  --ignore=tests/test_concurrency.py --ignore=tests/test_torch.py \
-  --deselect tests/test_bench.py::test_bench_runs_over_ssh_on_the_hosts_and_on_a_local_ray
+# the second run (current TensorFlow beside the pinned one) runs only the tests whose
+# outcome depends on TensorFlow's version: its backends, Keras's hooks and output,
+# AutoGraph's files, the seed's programs, the notebooks and benches that train with it,
+# the faults of its servers, and one warm pool of it (pooling itself, the channels, the
+# launchers, the server, torch and the rest run once, in the first run)
+SECOND_RUN_ARGS := $(PYTEST_ARGS.current) tests/test_tf_backends.py tests/test_metrics_widget.py \
+  tests/test_worker_tmp.py tests/test_cell_output.py tests/test_workers_api.py \
+  tests/test_notebook.py tests/test_bench.py tests/faults \
+  tests/test_pool.py::test_a_rerun_takes_pooled_processes_that_behave_like_fresh_workers \
+  tests/test_pool.py::test_a_kind_whose_imports_leave_a_thread_running_is_not_pooled
 
 .PHONY: setup demo test test-ui lint clean
 

@@ -295,3 +295,25 @@ def test_a_rerun_takes_warm_torch_processes_and_trains_the_same():
         said(job.logs(ProcessId("worker", i))).group(5) for job in (first, second) for i in (0, 1)
     }
     assert len(weights) == 1
+
+
+def test_the_pytorch_notebook_trains_scales_shards_and_averages(jobs_root):
+    """notebooks/08-pytorch.ipynb as `make demo` runs a notebook: DDP, a scale 2 -> 3
+    from the checkpoint, FSDP and the seed's mpi4py model averaging."""
+    from test_notebook import _run
+
+    cells = _run("08-pytorch", jobs_root)
+    weights = re.findall(
+        r"^\[(\d)\] rank \d of 2: test accuracy [\d.]+, weights (\w+)$", cells[1], re.M
+    )
+    assert len(weights) == 2 and weights[0][1] == weights[1][1], cells[1]
+    assert float(re.search(r"DDP on 2 ranks: test accuracy ([\d.]+)", cells[2]).group(1)) > 0.8
+    assert "scaling to 3 workers" in cells[4]
+    assert "succeeded: 3 workers, generation 1" in cells[5]
+    resumed = re.search(r"generation 1 started at step (\d+) with 3 ranks", cells[5])
+    assert resumed and int(resumed.group(1)) >= 100, cells[5]
+    held = [int(n) for n in re.findall(r"holds (\d+) of 4810 parameters", cells[6])]
+    assert sorted(held) == [2405, 2405], cells[6]  # each rank holds half of the model
+    assert float(re.search(r"FSDP test accuracy: ([\d.]+)", cells[7]).group(1)) > 0.8
+    averaged = re.findall(r"worker \d of 2: test accuracy ([\d.]+)", cells[8])
+    assert len(averaged) == 2 and len(set(averaged)) == 1 and float(averaged[0]) > 0.8
