@@ -90,6 +90,33 @@ def direct_cost_per_step(steps: int = 50_000) -> float:
     return elapsed / steps
 
 
+def direct_cost_per_torch_step(steps: int = 50_000) -> float:
+    """Seconds the torch hooks add to one step (the optimizer step hook and the
+    DataLoader's batch size), timed on their own with a real reporter and collector."""
+    import torch
+
+    from jupyter_distrain.contract.metrics import Collector
+    from jupyter_distrain.contract.process import Env
+    from jupyter_distrain.contract.store import ControlInfo, JobDir
+    from jupyter_distrain.worker import torch_hook
+
+    with tempfile.TemporaryDirectory() as tmp:
+        collector = Collector("secret", Path(tmp) / "metrics.jsonl", lambda record: None).start()
+        JobDir(tmp).write_control(ControlInfo("unix:/nowhere", collector.address, "secret", 0))
+        os.environ.update(
+            {Env.METRICS: collector.address, Env.JOB_DIR: tmp, Env.CONTROL: "unix:/nowhere"}
+        )
+        optimizer = torch.optim.SGD([torch.zeros(1, requires_grad=True)], lr=0.1)
+        batch = (torch.zeros(64, 8), torch.zeros(64))
+        start = time.perf_counter()
+        for _ in range(steps):
+            torch_hook._state["images"] = torch_hook.batch_size(batch)
+            torch_hook._after_step(optimizer, (), {})
+        elapsed = time.perf_counter() - start
+        collector.stop()
+    return elapsed / steps
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=4)
@@ -99,6 +126,8 @@ def main() -> int:
     args = parser.parse_args()
     if args.direct_only:
         print(f"the Keras metrics callback: {direct_cost_per_step() * 1e6:.1f} us per step")
+        torch_cost = direct_cost_per_torch_step()
+        print(f"the torch hooks: {torch_cost * 1e6:.1f} us per step")
         return 0
     with tempfile.TemporaryDirectory() as tmp:
         os.environ.setdefault("JUPYTER_DISTRAIN_ROOT", str(Path(tmp) / "jobs"))
