@@ -58,6 +58,10 @@ def test_tensorflow_startup_lines_show_once_user_lines_always():
     new_absl = "I0000 00:00:1796001486.{}   {} grpc_server_lib.cc:466] Started server"
     assert out.lines(new_absl.format("918220", 17766)) == [new_absl.format("918220", 17766)]
     assert out.lines(new_absl.format("919325", 17768)) == []
+    # PyTorch's c10 logging, the same warning from both ranks of a torch job
+    c10d = "[W1202 01:30:49.{} socket.cpp:207] [c10d] The hostname of the client socket cannot be retrieved. err=-3"
+    assert out.lines(c10d.format("039325526")) == [c10d.format("039325526")]
+    assert out.lines(c10d.format("278947119")) == []
 
 
 def test_a_warning_written_into_a_bar_becomes_its_own_line_once():

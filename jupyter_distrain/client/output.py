@@ -4,8 +4,8 @@ cell gets lines a person can read:
 - a line with carriage returns or backspaces (Keras's progress bar redraws itself
   that way, on every rank) is shown as a terminal would leave it: the bar's last
   state, once per epoch and rank, with its rank label intact;
-- TensorFlow's and absl's own log lines (oneDNN, cpu_feature_guard, the same on
-  every rank) are shown once: a line whose text, less its timestamp and pid, was
+- TensorFlow's, absl's and PyTorch's own log lines (oneDNN, cpu_feature_guard, c10d's
+  warnings, the same on every rank) are shown once: a line whose text, less its timestamp and pid, was
   shown before (from any rank) is left out.
 
 ``all_output`` shows everything as written. :class:`LogTail` reads every log of a job
@@ -26,6 +26,7 @@ from ..contract.tail import LineReader
 _FRAMEWORK_START = (
     r"(?:\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d+: [IWEF] \S+\] "
     r"|[IWEF]\d{4} \d\d:\d\d:[\d.]+\s+\d+ \S+\] "
+    r"|\[[IWEF]\d{4} \d\d:\d\d:[\d.]+ \S+\] "  # PyTorch's c10 logging
     r"|(?:WARNING|INFO):(?:tensorflow|absl|root):"
     r"|WARNING: All log messages before absl::InitializeLog\(\) is called"
     r"|To enable the following instructions: )"
@@ -33,6 +34,7 @@ _FRAMEWORK_START = (
 _FRAMEWORK_LINE = re.compile("^" + _FRAMEWORK_START)
 _TIMESTAMP = re.compile(
     r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d+: |^([IWEF])\d{4} \d\d:\d\d:[\d.]+\s+\d+ "
+    r"|^\[([IWEF])\d{4} \d\d:\d\d:[\d.]+ "
 )
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 # a framework message another thread wrote into the middle of a progress bar's line
@@ -88,7 +90,7 @@ class CellOutput:
         """False for a framework line shown before (from any rank)."""
         if not _FRAMEWORK_LINE.match(line):
             return True
-        key = _TIMESTAMP.sub(r"\1", line)
+        key = _TIMESTAMP.sub(lambda m: m.group(1) or m.group(2) or "", line)
         if key in self._shown:
             return False
         if len(self._shown) < MAX_REMEMBERED:
