@@ -5,8 +5,8 @@ cell gets lines a person can read:
   that way, on every rank) is shown as a terminal would leave it: the bar's last
   state, once per epoch and rank, with its rank label intact;
 - TensorFlow's, absl's and PyTorch's own log lines (oneDNN, cpu_feature_guard, c10d's
-  warnings, the same on every rank) are shown once: a line whose text, less its timestamp and pid, was
-  shown before (from any rank) is left out.
+  warnings, the same on every rank) are shown once: a line whose text, less its
+  timestamp and pid, was shown before (from any rank) is left out.
 
 ``all_output`` shows everything as written. :class:`LogTail` reads every log of a job
 and gives its new lines so rendered, each with its process's label.
