@@ -161,7 +161,7 @@ class SshLauncher(Launcher):
         failures = [r for r in on_each(used, self._unpack) if isinstance(r, RemoteError)]
         if failures:
             raise RuntimeError("; ".join(map(str, failures)))
-        if self.spec.backend == "horovod" and self.spec.controller == "mpi":
+        if self.spec.uses_mpirun():  # its ranks need the guard sessions' forwards
             for name in used:
                 self._guard(name)
         return slots
