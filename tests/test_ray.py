@@ -19,7 +19,7 @@ from pathlib import Path
 
 import psutil
 import pytest
-from conftest import wait_for
+from conftest import fault_row, wait_for
 from jobscan import left_after
 from jobscan import processes_naming as job_processes
 from netprobe import (
@@ -181,9 +181,11 @@ def test_without_an_address_or_a_running_ray_the_job_starts_a_local_one(
     assert len(sessions) == 1 and all(d.is_dir() for d in sessions), sessions
     with other_host_namespace() as (ns, address):
         ports = sorted({port for found in sockets.values() for _, port in found})
-        assert [p for p in ports if port_open(ns, address, p)] == []
+        reachable = [p for p in ports if port_open(ns, address, p)]
     assert job.stop() == "stopped"
     gone, left = psutil.wait_procs(started, timeout=15)
+    fault_row("port scan (a job's own local Ray)", not reachable, job.state, len(left))
+    assert reachable == []
     assert left == [], [p.name() for p in left]
     assert wait_until_gone(job.id, 10) == []
     assert [d for d in sessions if d.exists()] == []

@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import wait_for
+from conftest import fault_row, wait_for
 from jobscan import left_after, processes_of
 from netprobe import listening_sockets, other_host_namespace, port_open
 from test_pool import _ready_pool, pool_on  # noqa: F401  (pool_on: a fixture)
@@ -144,9 +144,11 @@ def test_a_port_scan_from_another_host_finds_nothing_of_a_local_torch_job(jobs_r
     ports = {port for p in processes for _, port in listening_sockets(p.pid)}
     assert store_port in ports  # rank 0 serves the TCPStore (Gloo listens too)
     with other_host_namespace() as (namespace, address):
-        assert [p for p in sorted(ports) if port_open(namespace, address, p)] == []
+        reachable = [p for p in sorted(ports) if port_open(namespace, address, p)]
     assert job.stop() == "stopped"
-    assert left_after(lambda: processes_of(job.dir.path), 10) == []
+    left = left_after(lambda: processes_of(job.dir.path), 10)
+    fault_row("port scan (torch job: TCPStore, Gloo)", not reachable, job.state, len(left))
+    assert reachable == [] and left == []
 
 
 def test_parameter_servers_with_torch_are_one_line_and_launch_nothing(jobs_root):
