@@ -123,6 +123,32 @@ def test_a_crashing_rank_fails_the_job_fast_with_its_traceback(jobs_root):
     assert left_after(lambda: processes_of(job.dir.path), 10) == []
 
 
+HANGING = """\
+import time
+import torch, torch.distributed as dist
+dist.init_process_group("gloo")
+model = torch.nn.parallel.DistributedDataParallel(torch.nn.Linear(4, 1))
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+for step in range(5):
+    optimizer.zero_grad()
+    model(torch.ones(8, 4)).sum().backward()  # DDP's allreduce: a collective every step
+    optimizer.step()
+if dist.get_rank() == 1:
+    time.sleep(600)  # hangs; rank 0 waits for it in the next step's allreduce
+model(torch.ones(8, 4)).sum().backward()
+"""
+
+
+def test_a_rank_hanging_in_a_collective_is_named_by_the_stall_warning(jobs_root):
+    job = submit(JobSpec(code=HANGING, workers=2, backend="torch", stall_timeout=3, grace=1))
+    wait_for(lambda: job.status().warnings or job.done, 120, what="the stall warning")
+    (warning,) = job.status().warnings
+    assert warning.startswith("training stalled: no step since"), warning
+    assert "at step 5" in warning and "rank 0" in warning and "rank 1" in warning, warning
+    assert job.stop() == "stopped"  # both, the one in the collective included
+    assert left_after(lambda: processes_of(job.dir.path), 10) == []
+
+
 WAITING = """\
 import time
 import torch.distributed as dist
