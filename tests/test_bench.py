@@ -81,14 +81,18 @@ def test_the_command_line_benches_horovod_and_copies_the_results(jobs_root, tmp_
     )
     assert done.returncode == 0, done.stderr[-2000:]
     rows = [line.split() for line in done.stdout.splitlines() if line.startswith("horovod ")]
-    assert [row[1] for row in rows] == ["1", "2"] and rows[0][3] == "1.00"
+    assert [row[1:3] for row in rows] == [["TensorFlow", "1"], ["TensorFlow", "2"]]
+    assert rows[0][4] == "1.00"
     assert {p.name for p in out.iterdir()} == {"results.csv", "results.json", "chart.svg"}
 
 
 @pytest.mark.parametrize(
     "flags, message",
     [
-        (["--backends", "horovod,nope"], "--backends: nope; choose from horovod, tf, ps, ps-sync, torch"),
+        (
+            ["--backends", "horovod,nope"],
+            "--backends: nope; choose from horovod, tf, ps, ps-sync, torch",
+        ),
         (["--ps", "0"], "--ps needs counts >= 1"),
         (["--ps", "two"], "--ps must be comma-separated whole numbers"),
         (["--epochs", "1"], "--epochs must be >= 2"),

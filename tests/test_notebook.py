@@ -99,7 +99,9 @@ def test_seed_flow_notebook_runs_the_cml_api(jobs_root):
 def test_bench_notebook_prints_a_row_per_backend_and_worker_count(jobs_root):
     table = _run("06-bench", jobs_root)[1]
     rows = re.findall(
-        r"^(horovod|tf|ps a?sync \(1 ps\))\s+(\d)\s+([\d,]+)\s+([\d.]+)$", table, re.M
+        r"^(horovod|tf|ps a?sync \(1 ps\))\s+TensorFlow\s+(\d)\s+([\d,]+)\s+([\d.]+)$",
+        table,
+        re.M,
     )
     assert sorted((b, int(n)) for b, n, _, _ in rows) == [
         ("horovod", 1),
