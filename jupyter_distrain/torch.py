@@ -81,11 +81,9 @@ class Checkpointed:
             super().__setattr__(name, value)
 
     def _state_dict(self) -> dict[str, Any]:
-        from torch.distributed.checkpoint.state_dict import get_state_dict
+        from torch.distributed.checkpoint.state_dict import get_model_state_dict, get_state_dict
 
         if self.optimizer is None:
-            from torch.distributed.checkpoint.state_dict import get_model_state_dict
-
             return {"model": get_model_state_dict(self.model), "values": dict(self.values)}
         model, optim = get_state_dict(self.model, self.optimizer)
         return {"model": model, "optimizer": optim, "values": dict(self.values)}

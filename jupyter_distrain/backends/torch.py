@@ -41,7 +41,8 @@ def torch_available() -> tuple[bool, str]:
     """Whether torch can be imported here (found, not imported: that takes seconds)."""
     if importlib.util.find_spec("torch") is None:
         return False, INSTALL_HINT
-    return True, f"torch {installed_version('torch') or ''} is installed".replace("  ", " ")
+    version = installed_version("torch")
+    return True, f"torch {version} is installed" if version else "torch is installed"
 
 
 def torchrun_env(slots: list[Slot], master: Slot, port: int, run_id: str) -> list[dict[str, str]]:

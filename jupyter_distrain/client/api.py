@@ -27,7 +27,12 @@ log = logging.getLogger(__name__)
 
 # --backend auto without --ps: the first of these that can run here
 BACKEND_PREFERENCE = ("horovod", "tf")
-TENSORFLOW_PACKAGES = {"tensorflow", "horovod", "keras", "tf_keras"}  # a cell of these is not torch
+TENSORFLOW_PACKAGES = {"tensorflow", "horovod", "keras", "tf_keras"}
+# --backend auto: a cell importing the package, and none of the others, runs on the backend
+BACKEND_OF_IMPORT = (
+    ("torch", "torch", TENSORFLOW_PACKAGES),
+    ("mpi4py", "mpi", TENSORFLOW_PACKAGES | {"torch"}),
+)
 
 
 def resolve_backend(spec: JobSpec) -> tuple[str, str]:
@@ -44,8 +49,8 @@ def resolve_backend(spec: JobSpec) -> tuple[str, str]:
     if spec.ps:
         return "ps", "--ps given"
     imported = imported_packages(spec.code)
-    for package, backend in (("torch", "torch"), ("mpi4py", "mpi")):
-        if package in imported and not imported & (TENSORFLOW_PACKAGES | {"torch"} - {package}):
+    for package, backend, others in BACKEND_OF_IMPORT:
+        if package in imported and not imported & others:
             ok, why = load_plugin(BACKENDS, backend).available()
             if not ok:
                 raise SpecError(f"--backend auto: the cell imports {package}, but {why}")

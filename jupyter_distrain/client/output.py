@@ -32,9 +32,9 @@ _FRAMEWORK_START = (
     r"|To enable the following instructions: )"
 )
 _FRAMEWORK_LINE = re.compile("^" + _FRAMEWORK_START)
+# the timestamp (and glog's pid) of such a line; the severity letter stays
 _TIMESTAMP = re.compile(
-    r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d+: |^([IWEF])\d{4} \d\d:\d\d:[\d.]+\s+\d+ "
-    r"|^\[([IWEF])\d{4} \d\d:\d\d:[\d.]+ "
+    r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d+: |^\[?([IWEF])\d{4} \d\d:\d\d:[\d.]+(?:\s+\d+)? "
 )
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 # a framework message another thread wrote into the middle of a progress bar's line
@@ -90,7 +90,7 @@ class CellOutput:
         """False for a framework line shown before (from any rank)."""
         if not _FRAMEWORK_LINE.match(line):
             return True
-        key = _TIMESTAMP.sub(lambda m: m.group(1) or m.group(2) or "", line)
+        key = _TIMESTAMP.sub(r"\1", line)
         if key in self._shown:
             return False
         if len(self._shown) < MAX_REMEMBERED:

@@ -16,7 +16,6 @@ from __future__ import annotations
 import base64
 import json
 import os
-from collections.abc import MutableMapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -52,13 +51,12 @@ def memory_file(fields: dict[str, Any]) -> int:
 _received: list[Handoff | None] = []
 
 
-def received(environ: MutableMapping[str, str] | None = None) -> Handoff | None:
+def received() -> Handoff | None:
     """What this process was handed (None: nothing, read the job directory instead). The
     first call reads and closes the descriptor; later ones return the same."""
     if _received:
         return _received[0]
-    environ = os.environ if environ is None else environ
-    name = environ.pop(Env.HANDOFF_FD, None)
+    name = os.environ.pop(Env.HANDOFF_FD, None)
     handed = None
     if name is not None:
         with os.fdopen(int(name), "r") as f:

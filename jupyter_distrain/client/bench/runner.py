@@ -59,8 +59,10 @@ def run(
     settings.validate()
     runs = settings.runs()
     rates: dict[tuple[str, int], tuple[float, str]] = {}
+    frameworks: dict[str, str] = {}  # by the table's name of the backend
     for i, (backend, workers, ps) in enumerate(runs, 1):
         name = label(backend, ps)
+        frameworks[name] = framework_of(backend)
         progress(f"bench {i}/{len(runs)}: {name}, {workers} worker(s) ...")
         rates[(name, workers)] = run_one(settings, backend, workers, ps)
         rate = rates[(name, workers)][0]
@@ -69,8 +71,7 @@ def run(
     for (name, workers), (rate, job) in rates.items():
         single = rates.get((name, 1))
         efficiency = rate / (workers * single[0]) if single and single[0] else None
-        backend = next(b for b, _, ps in runs if label(b, ps) == name)
-        rows.append(BenchRow(name, workers, rate, efficiency, job, framework_of(backend)))
+        rows.append(BenchRow(name, workers, rate, efficiency, job, frameworks[name]))
     out = jobs_root(create=True) / "bench" / time.strftime("%Y%m%d-%H%M%S")
     out.mkdir(parents=True, mode=0o700)
     save(rows, settings, out)

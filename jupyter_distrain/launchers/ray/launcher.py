@@ -298,6 +298,7 @@ class RayLauncher(Launcher):
         self.group: Any = None
         self.actors: list[SlotActor] = []
         self._result_slots: set[int] = set()  # rank 0's: the result comes from it
+        self._handoff: dict[str, str] = {}  # what every process is handed (read at place)
 
     # --- at submit -------------------------------------------------------------------
     @classmethod
@@ -385,6 +386,7 @@ class RayLauncher(Launcher):
             if info.get("protocol") != PROTOCOL:
                 raise PlacementError(other_version(f"Ray node {info['hostname']}", info))
         files = ray.put(job_files_archive(self.job.path, in_memory=True))
+        self._handoff = handoff_of(self.job.path)
         ray.get([h.unpack.remote(files) for h in handles], timeout=CALL_SECONDS)
         for actor, info in zip(self.actors, infos, strict=True):
             actor.address, actor.iface = info["address"], info["iface"]
@@ -424,7 +426,7 @@ class RayLauncher(Launcher):
         env = {**thread_env(self.spec.cpu), **self.spec.env, **proc.env}
         python = self.spec.python or sys.executable
         self._result_slots.update(slot.index for slot in result_slots(proc))
-        request = {"argv": proc.argv, "env": env, "handoff": handoff_of(self.job.path)}
+        request = {"argv": proc.argv, "env": env, "handoff": self._handoff}
         started = ray.get(
             actor.handle.start.remote(request, str(proc.id), python),
             timeout=CALL_SECONDS,

@@ -154,13 +154,12 @@ def _problems(
     if not info.get("address"):
         where = given["network_interface"] or "the interface ssh arrived on"
         return [f"host {name}: no IPv4 address on {where}"]
-    if hosts == 1 or spec.backend not in ("horovod", "mpi"):
+    if hosts == 1:
         return []
     if spec.uses_mpirun() and not info.get("orted"):
         return [f"host {name}: mpirun needs OpenMPI there (no orted on its PATH)"]
-    if spec.backend != "horovod":
-        return []
-    if spec.controller == "gloo" and not _routable(info["name_address"]):
+    horovod_gloo = spec.backend == "horovod" and spec.controller == "gloo"
+    if horovod_gloo and not _routable(info["name_address"]):
         return [
             f"host {name}: its name {info['name']!r} resolves to "
             f"{info['name_address'] or 'nothing'}, which other hosts cannot reach; Horovod's "
