@@ -31,13 +31,19 @@ TORCH_PACKAGES ?= torch==2.13.0
 TORCH_INDEX    ?=
 WITH_TORCH     ?= 1
 TORCH.1        := $(STAMPS)/torch
+# JAX for --backend jax (CPU wheels from PyPI), with Keras 3: only beside current TensorFlow
+# (it needs NumPy 2; TensorFlow 2.15 needs NumPy 1), so its tests run in the second run
+WITH_JAX       ?= $(if $(filter current,$(TF)),1,0)
+JAX_EXTRA.1    := $(comma)jax
+PYTEST_ARGS.pinned  := -m "not jax"
 PYTEST_ARGS.current := -m "not horovod"
-# the second run (current TensorFlow beside the pinned one) runs only the tests whose
-# outcome depends on TensorFlow's version: its backends, Keras's hooks and output,
+# the second run (current TensorFlow beside the pinned one) runs JAX's tests and the tests
+# whose outcome depends on TensorFlow's version: its backends, Keras's hooks and output,
 # AutoGraph's files, the seed's programs, the notebooks and the bench that train with it,
 # the port scan of its servers, and one warm pool of it (pooling itself, the channels,
 # the launchers, the server, torch and the rest run once, in the first run)
-SECOND_RUN_ARGS := $(PYTEST_ARGS.current) tests/test_tf_backends.py tests/test_metrics_widget.py \
+SECOND_RUN_ARGS := $(PYTEST_ARGS.current) tests/test_jax.py tests/test_ssh.py::test_a_jax_job_runs_one_process_on_each_host \
+  tests/test_tf_backends.py tests/test_metrics_widget.py \
   tests/test_worker_tmp.py tests/test_cell_output.py tests/test_workers_api.py \
   tests/test_notebook.py tests/test_bench.py \
   --deselect tests/test_bench.py::test_synchronous_parameter_servers_are_benched_with_the_seeds_program \
@@ -95,7 +101,7 @@ $(STAMPS)/package: $(STAMPS)/tensorflow-$(TF) $(HOROVOD.$(TF)) $(TORCH.$(WITH_TO
 	@# a built extension holds a copy of install.json, which pyproject.toml also adds:
 	@# hatchling refuses the second (a re-install after a pyproject.toml change failed)
 	rm -f jupyter_distrain/labextension/install.json
-	$(PIP) install -q -e ".[dev$(if $(TORCH.$(WITH_TORCH)),$(comma)torch)]"
+	$(PIP) install -q -e ".[dev$(if $(TORCH.$(WITH_TORCH)),$(comma)torch)$(JAX_EXTRA.$(WITH_JAX))]"
 	@touch $@
 
 demo: setup

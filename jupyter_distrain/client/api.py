@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from ..contract import retention
-from ..contract.cellcheck import check_syntax, imported_packages
+from ..contract.cellcheck import check_syntax, imported_packages, keras_backend_set
 from ..contract.spec import JobSpec, SpecError
 from ..contract.store import JobDir
 from ..frameworks import resolve_keras
@@ -30,8 +30,9 @@ BACKEND_PREFERENCE = ("horovod", "tf")
 TENSORFLOW_PACKAGES = {"tensorflow", "horovod", "keras", "tf_keras"}
 # --backend auto: a cell importing the package, and none of the others, runs on the backend
 BACKEND_OF_IMPORT = (
-    ("torch", "torch", TENSORFLOW_PACKAGES),
-    ("mpi4py", "mpi", TENSORFLOW_PACKAGES | {"torch"}),
+    ("torch", "torch", TENSORFLOW_PACKAGES | {"jax"}),
+    ("jax", "jax", TENSORFLOW_PACKAGES | {"torch"}),
+    ("mpi4py", "mpi", TENSORFLOW_PACKAGES | {"torch", "jax"}),
 )
 
 
@@ -49,12 +50,17 @@ def resolve_backend(spec: JobSpec) -> tuple[str, str]:
     if spec.ps:
         return "ps", "--ps given"
     imported = imported_packages(spec.code)
+    keras_on_jax = spec.env.get("KERAS_BACKEND", keras_backend_set(spec.code)) == "jax"
+    if keras_on_jax:
+        imported = (imported - {"keras"}) | {"jax"}  # Keras 3 on JAX is a JAX program
     for package, backend, others in BACKEND_OF_IMPORT:
         if package in imported and not imported & others:
             ok, why = load_plugin(BACKENDS, backend).available()
+            on_jax = keras_on_jax and package == "jax"
+            does = "runs Keras on JAX" if on_jax else f"imports {package}"
             if not ok:
-                raise SpecError(f"--backend auto: the cell imports {package}, but {why}")
-            return backend, f"the cell imports {package} and not TensorFlow; {why}"
+                raise SpecError(f"--backend auto: the cell {does}, but {why}")
+            return backend, f"the cell {does} and not TensorFlow; {why}"
     reasons = []
     for name in BACKEND_PREFERENCE:
         ok, why = load_plugin(BACKENDS, name).available()

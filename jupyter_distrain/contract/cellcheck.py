@@ -88,6 +88,37 @@ def imported_packages(code: str) -> set[str]:
     return found
 
 
+KERAS_BACKEND = "KERAS_BACKEND"
+
+
+def keras_backend_set(code: str) -> str | None:
+    """The Keras backend the cell sets before importing Keras, if it does
+    (``os.environ["KERAS_BACKEND"] = "jax"`` or ``os.environ.setdefault(...)``)."""
+    try:
+        tree = ast.parse(code)
+    except SyntaxError:
+        return None
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Assign) and isinstance(node.value, ast.Constant):
+            for target in node.targets:
+                if isinstance(target, ast.Subscript) and _is_constant(target.slice, KERAS_BACKEND):
+                    return str(node.value.value)
+        if (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Attribute)
+            and node.func.attr == "setdefault"
+            and len(node.args) == 2
+            and _is_constant(node.args[0], KERAS_BACKEND)
+            and isinstance(node.args[1], ast.Constant)
+        ):
+            return str(node.args[1].value)
+    return None
+
+
+def _is_constant(node: ast.AST, value: str) -> bool:
+    return isinstance(node, ast.Constant) and node.value == value
+
+
 def uses_horovod_elastic(code: str) -> bool:
     """Whether the cell uses Horovod's elastic API (``hvd.elastic.run`` and friends)."""
     try:

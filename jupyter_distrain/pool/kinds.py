@@ -14,6 +14,7 @@ once the program runs).
 from __future__ import annotations
 
 import hashlib
+import importlib.util
 import sys
 from collections.abc import Collection, Mapping
 from pathlib import Path
@@ -23,13 +24,18 @@ from ..contract.process import Env
 from ..frameworks import TENSORFLOW_DISTRIBUTIONS, installed_version
 
 # backend -> the kind of pooled process that serves it
-KIND_OF_BACKEND = {"horovod": "horovod", "tf": "tensorflow", "ps": "tensorflow", "torch": "torch"}
+KIND_OF_BACKEND = {
+    "horovod": "horovod", "tf": "tensorflow", "ps": "tensorflow", "torch": "torch", "jax": "jax",
+}  # fmt: skip
 
 # what each kind imports before it waits (module names, in order)
 PREIMPORTS = {
     "tensorflow": ["numpy", "tensorflow"],
     "horovod": ["numpy", "tensorflow", "horovod.tensorflow", "horovod.tensorflow.keras"],
     "torch": ["numpy", "torch", "torch.distributed", "torch.nn.parallel"],  # nothing initialised
+    # no device touched (jax.distributed.initialize must come first); Keras 3 on JAX too
+    "jax": ["numpy", "jax", "jax.numpy"]
+    + (["keras"] if importlib.util.find_spec("keras") is not None else []),
 }
 
 # the distributions behind each pre-imported module (and what TensorFlow imports itself)
@@ -38,6 +44,8 @@ _DISTRIBUTIONS = {
     "tensorflow": [TENSORFLOW_DISTRIBUTIONS, ("keras",), ("tf-keras",)],
     "horovod.tensorflow": [("horovod",)],
     "torch": [("torch",)],
+    "jax": [("jax",), ("jaxlib",)],
+    "keras": [("keras",)],
 }
 _PACKAGE_DIR = Path(__file__).resolve().parent.parent
 
@@ -52,11 +60,17 @@ _PER_JOB_NAMES |= {
     "TORCHELASTIC_RUN_ID", "TORCHELASTIC_MAX_RESTARTS", "GLOO_SOCKET_IFNAME",
     "NCCL_SOCKET_IFNAME", "TORCH_NCCL_ASYNC_ERROR_HANDLING",
 }  # fmt: skip
+# JAX's and Keras's (backends/jax.py), read by jax.distributed.initialize
+_PER_JOB_NAMES |= {
+    "JAX_COORDINATOR_ADDRESS", "JAX_COORDINATOR_BIND_ADDRESS", "JAX_NUM_PROCESSES",
+    "JAX_PROCESS_ID", "JAX_LOCAL_PROCESS_ID", "KERAS_DISTRIBUTION_JOB_ADDRESSES",
+    "KERAS_DISTRIBUTION_NUM_PROCESSES", "KERAS_DISTRIBUTION_PROCESS_ID",
+}  # fmt: skip
 
 
 # what a user's --env may set that libraries read when imported
 _IMPORT_PREFIXES = (
-    "TF_", "TF2_", "XLA_", "CUDA_", "NCCL_", "KERAS_", "OMP_", "KMP_", "MKL_", "OPENBLAS_",
+    "TF_", "TF2_", "XLA_", "JAX_", "CUDA_", "NCCL_", "KERAS_", "OMP_", "KMP_", "MKL_", "OPENBLAS_",
     "PYTHON", "LD_", "MALLOC_", "GLIBC_",
 )  # fmt: skip
 

@@ -30,7 +30,7 @@ from ..contract import control, metrics
 from ..contract import process as contract
 from ..contract.process import Env, Mode, ProcessId, WorkerChannels
 from ..contract.store import JobDir
-from . import horovod_hook, instrument, keras_hook, torch_hook
+from . import horovod_hook, instrument, jax_hook, keras_hook, torch_hook
 
 
 def _redirect_output(path: Path) -> None:
@@ -209,6 +209,7 @@ def main() -> int:
     if os.environ.get(Env.INSTRUMENT, "1") != "0" and channels.metrics and mode != Mode.SERVER:
         keras_hook.install()
         torch_hook.install()
+    jax_hook.install()
     horovod_hook.install(
         elastic=bool(os.environ.get("HOROVOD_ELASTIC")),
         convert_horovod=os.environ.get(Env.HOROVOD_AUTOGRAPH) == "1",

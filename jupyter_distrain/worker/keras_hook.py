@@ -38,6 +38,7 @@ FIT_DEFINITIONS = (
     ("keras.src.engine.training", "Model", "keras"),  # Keras 2.15: TensorFlow 2.15's tf.keras
     ("tf_keras.src.engine.training", "Model", "tf_keras"),  # tf-keras: legacy Keras on TF 2.16+
     ("keras.src.backend.tensorflow.trainer", "TensorFlowTrainer", "keras"),  # Keras 3
+    ("keras.src.backend.jax.trainer", "JAXTrainer", "keras"),  # Keras 3 on JAX
 )
 KERAS_DEFAULT_BATCH = 32
 
@@ -74,6 +75,20 @@ def _horovod_size() -> int:
         return hvd.size() if hvd is not None and hvd.is_initialized() else 0
     except Exception:  # horovod imported but not initialised
         return 0
+
+
+def _jax_processes() -> int:
+    """How many processes a multi-process JAX program has (0: JAX not initialised)."""
+    distributed = sys.modules.get("jax._src.distributed")
+    state = getattr(distributed, "global_state", None)
+    if state is None or getattr(state, "client", None) is None:
+        return 0
+    return int(state.num_processes or 0)
+
+
+def _world_size() -> int:
+    """Processes that train one model together through Horovod or JAX (0: neither)."""
+    return max(_horovod_size(), _jax_processes())
 
 
 def make_callbacks(keras: Any, images: int | None) -> list[Any]:
@@ -126,7 +141,14 @@ def make_callbacks(keras: Any, images: int | None) -> list[Any]:
 
     class BackupOnRequest(keras.callbacks.BackupAndRestore):
         """BackupAndRestore that writes its backup only when the supervisor asks (then the
-        process exits for the restart), so training that is not rescaled pays nothing."""
+        process exits for the restart), so training that is not rescaled pays nothing.
+        Keras 2's backs up through ``_backup``, Keras 3's through ``_save_model``; each
+        rank into its own directory (see :func:`_backup_dir`)."""
+
+        def on_train_begin(self, logs: Any = None) -> None:
+            # Keras 3's restore needs a built model even when there is nothing to restore
+            if keras2 or os.path.exists(self._weights_path):
+                super().on_train_begin(logs)
 
         # BackupAndRestore assigns a variable every batch, for batch-level and
         # preemption saving: neither is used here, and the assign costs ~3% of a small step
@@ -138,7 +160,11 @@ def make_callbacks(keras: Any, images: int | None) -> list[Any]:
 
         def on_epoch_end(self, epoch: int, logs: Any = None) -> None:
             if _agreed(self.model, instrument.should_checkpoint()):
-                self._backup(epoch=epoch)
+                if keras2:
+                    self._backup(epoch=epoch)
+                else:  # every rank: under JAX, reading the weights is a collective
+                    self._current_epoch = epoch + 1
+                    self._save_model()
                 print(f"jupyter_distrain: checkpointed after epoch {epoch}; restarting", flush=True)
                 raise SystemExit(instrument.CHECKPOINT_EXIT)
 
@@ -146,16 +172,23 @@ def make_callbacks(keras: Any, images: int | None) -> list[Any]:
     callbacks = [StepMetrics()]
     backup_dir = _backup_dir(_fits)
     _fits += 1
-    # kept on a checkpoint exit, deleted when the fit completes; Keras 3's BackupAndRestore
-    # has no epoch-level backup call to drive, so there fit is measured, not checkpointed
+    # kept on a checkpoint exit, deleted when the fit completes
     keras2 = hasattr(keras.callbacks.BackupAndRestore, "_backup")
-    if backup_dir is not None and keras2:
+    if backup_dir is not None:
         callbacks.append(BackupOnRequest(str(backup_dir), delete_checkpoint=True))
     return callbacks
 
 
 def _agreed(model: Any, flag: bool) -> bool:
     """The checkpoint request, agreed by every replica (the max over them)."""
+    if _jax_processes() > 1:
+        import numpy as np
+        from jax.experimental import multihost_utils
+
+        return bool(np.max(multihost_utils.process_allgather(np.int32(flag))) > 0)
+    strategy = getattr(model, "distribute_strategy", None)
+    if strategy is None:  # Keras 3 on JAX or torch in one process
+        return flag
     import tensorflow as tf
 
     if _horovod_size() > 1:
@@ -163,7 +196,6 @@ def _agreed(model: Any, flag: bool) -> bool:
 
         votes = hvd.allreduce(tf.constant(int(flag)), op=hvd.Sum, name="distrain_checkpoint")
         return bool(votes > 0)
-    strategy = model.distribute_strategy
     if strategy.num_replicas_in_sync > 1 and not isinstance(
         strategy, tf.distribute.experimental.ParameterServerStrategy
     ):
@@ -181,7 +213,7 @@ def _backup_dir(ordinal: int) -> Path | None:
 
     A backup belongs to one ``fit`` call (a later or earlier ``fit`` in the same
     program must never restore it) and is deleted when that ``fit`` completes. Under
-    Horovod every rank restores from rank 0's backup (copied into its own directory
+    Horovod or JAX every rank restores from rank 0's backup (copied into its own directory
     first, since ranks must not write to the same files), so a job restarted at a
     new size resumes every rank from the same epoch.
     """
@@ -193,7 +225,7 @@ def _backup_dir(ordinal: int) -> Path | None:
     job = JobDir(channels.job_dir) if channels else JobDir(instrument.checkpoint_dir().parent)
     base = job.keras_backup_dir() / f"fit-{ordinal}"
     rank = rank_from(os.environ)
-    if _horovod_size() <= 1 or rank == 0:
+    if _world_size() <= 1 or rank == 0:
         return base
     own = job.keras_backup_dir(rank) / f"fit-{ordinal}"
     shutil.rmtree(own, ignore_errors=True)

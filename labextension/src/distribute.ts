@@ -31,7 +31,7 @@ const FIELDS: IField[] = [
     flag: 'backend',
     label: 'Backend',
     kind: 'select',
-    options: ['auto', 'horovod', 'tf', 'ps', 'torch', 'mpi', 'plain']
+    options: ['auto', 'horovod', 'tf', 'ps', 'torch', 'jax', 'mpi', 'plain']
   },
   { flag: 'workers', label: 'Workers', kind: 'number', placeholder: '1' },
   { flag: 'ps', label: 'Parameter servers', kind: 'number', placeholder: '0' },

@@ -21,7 +21,7 @@ class BenchRow:
     images_per_sec: float
     efficiency: float | None  # throughput at N / (N x throughput at 1)
     job: str
-    framework: str = "TensorFlow"  # or "PyTorch"
+    framework: str = "TensorFlow"  # or "PyTorch", "JAX"
 
 
 def save(rows: list[BenchRow], settings: BenchSettings, out: Path) -> None:

@@ -20,6 +20,7 @@ _REPORTER = {
     "tf": ProcessId("worker", 0),
     "ps-sync": ProcessId("worker", 0),  # the TF1 contract's chief
     "torch": ProcessId("worker", 0),
+    "jax": ProcessId("worker", 0),
 }
 _RATE = re.compile(r"BENCH images_per_sec=([\d.]+)")
 

@@ -9,8 +9,8 @@ from typing import Any
 
 from ...contract.spec import SpecError
 
-BACKENDS = ("horovod", "tf", "ps", "ps-sync", "torch")
-DEFAULT_BACKENDS = ("horovod", "tf", "ps", "ps-sync")  # torch is asked for (an optional extra)
+BACKENDS = ("horovod", "tf", "ps", "ps-sync", "torch", "jax")
+DEFAULT_BACKENDS = ("horovod", "tf", "ps", "ps-sync")  # torch, jax: asked for (optional extras)
 PS_BACKENDS = ("ps", "ps-sync")  # run with each --ps count
 _PROGRAM_FILES = {
     "horovod": "horovod.py",
@@ -18,9 +18,10 @@ _PROGRAM_FILES = {
     "ps": "ps.py",
     "ps-sync": "ps_sync.py",
     "torch": "torch.py",
+    "jax": "jax.py",
 }
-FRAMEWORKS = {"torch": "PyTorch"}  # the others: TensorFlow
-_MODEL_FILES = {"torch": "model_torch.py"}  # the same ResNet, per framework
+FRAMEWORKS = {"torch": "PyTorch", "jax": "JAX"}  # the others: TensorFlow (jax: Keras 3)
+_MODEL_FILES = {"torch": "model_torch.py", "jax": "model_keras3.py"}  # the same ResNet
 
 
 def framework_of(backend: str) -> str:

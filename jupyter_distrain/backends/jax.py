@@ -1,0 +1,80 @@
+"""``--backend jax``: multi-process JAX (and Keras 3 on its JAX backend), every process
+started with what ``jax.distributed.initialize()`` and ``keras.distribution.initialize()``
+need, so both run with no arguments in the cell.
+
+JAX reads only the coordinator's address from the environment; the process count and
+id come from a "cluster environment" it detects. The worker bootstrap registers one
+for this project (``worker/jax_hook.py``) that reads the variables set here. Keras 3
+reads its own (``KERAS_DISTRIBUTION_*``) and passes them to JAX. The coordinator (a
+gRPC service that rank 0 serves) is bound to rank 0's slot address, not JAX's default
+of every interface: inside a local job's private namespace, the hosts' interface
+across hosts. JAX's CPU collectives (Gloo) use each slot's interface. Keras 3 uses
+JAX unless the job's ``--env KERAS_BACKEND`` says otherwise. Failures are the SPMD
+rule: the first process to fail fails the job, and the others are stopped.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+
+from ..contract.process import ProcessId
+from ..frameworks import installed_version
+from ..launchers.base import Launcher, Slot
+from .base import Backend, Plan, WorkerCommand
+
+INSTALL_HINT = "jax is not installed: pip install 'jupyter_distrain[jax]' (CPU: pip install jax)"
+COORDINATOR_PORT = "JAX coordinator (gRPC, unauthenticated)"
+# the variables the worker's cluster environment reads (worker/jax_hook.py)
+PROCESS_COUNT = "JAX_NUM_PROCESSES"
+PROCESS_ID = "JAX_PROCESS_ID"
+LOCAL_PROCESS_ID = "JAX_LOCAL_PROCESS_ID"
+
+
+def jax_available() -> tuple[bool, str]:
+    """Whether jax can be imported here (found, not imported)."""
+    if importlib.util.find_spec("jax") is None:
+        return False, INSTALL_HINT
+    version = installed_version("jax")
+    return True, f"jax {version} is installed" if version else "jax is installed"
+
+
+def jax_env(slots: list[Slot], coordinator: str) -> list[dict[str, str]]:
+    """Each slot's variables: one JAX process per slot, in slot order."""
+    count = str(len(slots))
+    return [
+        {
+            "JAX_COORDINATOR_ADDRESS": coordinator,
+            "JAX_COORDINATOR_BIND_ADDRESS": coordinator,
+            PROCESS_COUNT: count,
+            PROCESS_ID: str(rank),
+            LOCAL_PROCESS_ID: str(slot.local_index),
+            "KERAS_DISTRIBUTION_JOB_ADDRESSES": coordinator,
+            "KERAS_DISTRIBUTION_NUM_PROCESSES": count,
+            "KERAS_DISTRIBUTION_PROCESS_ID": str(rank),
+            "GLOO_SOCKET_IFNAME": slot.iface,
+        }
+        for rank, slot in enumerate(slots)
+    ]
+
+
+class JaxBackend(Backend):
+    name = "jax"
+
+    @classmethod
+    def available(cls) -> tuple[bool, str]:
+        return jax_available()
+
+    @classmethod
+    def framework_version(cls) -> str | None:
+        return installed_version("jax")
+
+    def prepare(self, slots: list[Slot], launcher: Launcher, worker: WorkerCommand) -> Plan:
+        coordinator = slots[0]
+        (port,) = launcher.reserve_ports([coordinator])
+        address = f"{coordinator.address}:{port}"
+        keras = {} if "KERAS_BACKEND" in self.spec.env else {"KERAS_BACKEND": "jax"}
+        processes = [
+            worker.process(ProcessId("worker", slot.index), slot, rank=rank, **env, **keras)
+            for rank, (slot, env) in enumerate(zip(slots, jax_env(slots, address), strict=True))
+        ]
+        return Plan(processes, info={"coordinator": address}, ports={COORDINATOR_PORT: [port]})
