@@ -20,6 +20,8 @@ from conftest import fault_row, wait_for
 from jobscan import left_after
 from jobscan import processes_naming as job_processes
 from multihost import SSH_PORT, SshCluster, ssh_cluster
+from netprobe import listening_sockets
+from test_jax import GATHERED
 from test_metrics_widget import KERAS_FIT
 from test_mpi import AVERAGING
 from test_mpi import SAID as MPI_SAID
@@ -210,6 +212,49 @@ def test_a_torch_ddp_job_runs_one_rank_on_each_host(cluster, jobs_root):
     assert {m.group(4) for m in said} == {"10.232.0.11"}  # rank 0's host, never a name
     assert said[0].group(5) == said[1].group(5)
     assert [p.host for p in job.status().processes] == ["jdh1", "jdh2"]
+    assert wait_until_gone(job.id, 10) == []
+    assert remote_dirs(job.id) == []
+
+
+JAX_GATHER_AND_WAIT = """\
+import os, time
+import jax, numpy as np
+from jax.experimental import multihost_utils
+jax.distributed.initialize()
+gathered = multihost_utils.process_allgather(np.array([jax.process_index() * 10 + 1]))
+print(f"process {jax.process_index()} of {jax.process_count()} "
+      f"gathered {gathered.ravel().tolist()} devices {jax.device_count()} "
+      f"coordinator {os.environ['JAX_COORDINATOR_ADDRESS']}", flush=True)
+time.sleep(600)
+"""
+
+
+@pytest.mark.jax
+def test_a_jax_job_runs_one_process_on_each_host(cluster, jobs_root):
+    """jax.distributed across hosts: the coordinator is rank 0's host address on the
+    hosts' network and listens there only; Gloo's connections are on that interface;
+    Stop leaves nothing on either host."""
+    job = api.submit(
+        JobSpec(code=JAX_GATHER_AND_WAIT, workers=2, backend="jax", **cluster.options())
+    )
+    said = lambda i: GATHERED.search(job.logs(ProcessId("worker", i)))  # noqa: E731
+    wait_for(lambda: (said(0) and said(1)) or job.done, 180, what="both processes' gather")
+    assert [said(i).group(1, 2, 3) for i in (0, 1)] == [
+        ("0", "2", "[1, 11]"),
+        ("1", "2", "[1, 11]"),
+    ]
+    coordinator = job.status().backend_info["coordinator"]
+    address, _, port = coordinator.rpartition(":")
+    assert address == "10.232.0.11" and said(1).group(5) == coordinator
+    rows = job.status().processes
+    assert [p.host for p in rows] == ["jdh1", "jdh2"]
+    bound = {a for a, p in listening_sockets(rows[0].pid) if p == int(port)}
+    assert bound == {"::ffff:10.232.0.11"}  # not every interface
+    for row in rows:  # Gloo listens on the hosts' interface, never on all of them
+        assert all(
+            a.endswith(("10.232.0.11", "10.232.0.12")) for a, _ in listening_sockets(row.pid)
+        )
+    assert job.stop() == "stopped"
     assert wait_until_gone(job.id, 10) == []
     assert remote_dirs(job.id) == []
 

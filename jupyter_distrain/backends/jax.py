@@ -17,17 +17,13 @@ from __future__ import annotations
 
 import importlib.util
 
-from ..contract.process import ProcessId
+from ..contract.process import JaxEnv, ProcessId
 from ..frameworks import installed_version
 from ..launchers.base import Launcher, Slot
 from .base import Backend, Plan, WorkerCommand
 
 INSTALL_HINT = "jax is not installed: pip install 'jupyter_distrain[jax]' (CPU: pip install jax)"
 COORDINATOR_PORT = "JAX coordinator (gRPC, unauthenticated)"
-# the variables the worker's cluster environment reads (worker/jax_hook.py)
-PROCESS_COUNT = "JAX_NUM_PROCESSES"
-PROCESS_ID = "JAX_PROCESS_ID"
-LOCAL_PROCESS_ID = "JAX_LOCAL_PROCESS_ID"
 
 
 def jax_available() -> tuple[bool, str]:
@@ -45,9 +41,9 @@ def jax_env(slots: list[Slot], coordinator: str) -> list[dict[str, str]]:
         {
             "JAX_COORDINATOR_ADDRESS": coordinator,
             "JAX_COORDINATOR_BIND_ADDRESS": coordinator,
-            PROCESS_COUNT: count,
-            PROCESS_ID: str(rank),
-            LOCAL_PROCESS_ID: str(slot.local_index),
+            JaxEnv.PROCESS_COUNT: count,
+            JaxEnv.PROCESS_ID: str(rank),
+            JaxEnv.LOCAL_PROCESS_ID: str(slot.local_index),
             "KERAS_DISTRIBUTION_JOB_ADDRESSES": coordinator,
             "KERAS_DISTRIBUTION_NUM_PROCESSES": count,
             "KERAS_DISTRIBUTION_PROCESS_ID": str(rank),

@@ -59,6 +59,16 @@ class ProcessId:
         return self.role if self.role == "chief" else f"{self.role} {self.index}"
 
 
+class JaxEnv:
+    """What ``--backend jax`` sets beside JAX's own ``JAX_COORDINATOR_ADDRESS``: the
+    process count and ids, read by the cluster environment ``worker/jax_hook.py``
+    registers with JAX."""
+
+    PROCESS_COUNT = "JAX_NUM_PROCESSES"
+    PROCESS_ID = "JAX_PROCESS_ID"
+    LOCAL_PROCESS_ID = "JAX_LOCAL_PROCESS_ID"
+
+
 class Env:
     """The environment names of the contract (all ``JUPYTER_DISTRAIN_*``)."""
 

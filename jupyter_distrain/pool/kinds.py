@@ -20,7 +20,7 @@ from collections.abc import Collection, Mapping
 from pathlib import Path
 
 from .. import __version__
-from ..contract.process import Env
+from ..contract.process import Env, JaxEnv
 from ..frameworks import TENSORFLOW_DISTRIBUTIONS, installed_version
 
 # backend -> the kind of pooled process that serves it
@@ -62,8 +62,8 @@ _PER_JOB_NAMES |= {
 }  # fmt: skip
 # JAX's and Keras's (backends/jax.py), read by jax.distributed.initialize
 _PER_JOB_NAMES |= {
-    "JAX_COORDINATOR_ADDRESS", "JAX_COORDINATOR_BIND_ADDRESS", "JAX_NUM_PROCESSES",
-    "JAX_PROCESS_ID", "JAX_LOCAL_PROCESS_ID", "KERAS_DISTRIBUTION_JOB_ADDRESSES",
+    "JAX_COORDINATOR_ADDRESS", "JAX_COORDINATOR_BIND_ADDRESS", JaxEnv.PROCESS_COUNT,
+    JaxEnv.PROCESS_ID, JaxEnv.LOCAL_PROCESS_ID, "KERAS_DISTRIBUTION_JOB_ADDRESSES",
     "KERAS_DISTRIBUTION_NUM_PROCESSES", "KERAS_DISTRIBUTION_PROCESS_ID",
 }  # fmt: skip
 

@@ -15,7 +15,7 @@ import functools
 import os
 from typing import Any
 
-from ..backends.jax import PROCESS_COUNT, PROCESS_ID
+from ..contract.process import JaxEnv
 from .patching import patch_on_import
 
 
@@ -27,7 +27,7 @@ def _register_cluster(clusters: Any) -> None:
 
         @classmethod
         def is_env_present(cls) -> bool:
-            return PROCESS_COUNT in os.environ and "JAX_COORDINATOR_ADDRESS" in os.environ
+            return JaxEnv.PROCESS_COUNT in os.environ and "JAX_COORDINATOR_ADDRESS" in os.environ
 
         @classmethod
         def get_coordinator_address(
@@ -37,11 +37,11 @@ def _register_cluster(clusters: Any) -> None:
 
         @classmethod
         def get_process_count(cls) -> int:
-            return int(os.environ[PROCESS_COUNT])
+            return int(os.environ[JaxEnv.PROCESS_COUNT])
 
         @classmethod
         def get_process_id(cls) -> int:
-            return int(os.environ[PROCESS_ID])
+            return int(os.environ[JaxEnv.PROCESS_ID])
 
         @classmethod
         def get_local_process_id(cls) -> int | None:
@@ -72,7 +72,7 @@ def _gloo_on_the_job_interface(lib: Any) -> None:
 
 def install() -> None:
     """Prepare JAX for the job when (if ever) the program imports it (jax jobs only)."""
-    if PROCESS_COUNT not in os.environ:
+    if JaxEnv.PROCESS_COUNT not in os.environ:
         return
     patch_on_import("jax._src.clusters", _register_cluster)
     patch_on_import("jax._src.lib", _gloo_on_the_job_interface)
