@@ -21,6 +21,7 @@ from test_pool import _ready_pool, pool_on  # noqa: F401  (pool_on: a fixture)
 
 from jupyter_distrain import JobSpec, SpecError, submit
 from jupyter_distrain.contract.process import ProcessId
+from jupyter_distrain.contract.store import list_job_dirs
 
 pytestmark = pytest.mark.jax
 
@@ -161,6 +162,47 @@ def test_a_port_scan_from_another_host_finds_nothing_then_stop_leaves_nothing(jo
     left = left_after(lambda: processes_of(job.dir.path), 10)
     fault_row("port scan (jax job: coordinator, Gloo)", not reachable, job.state, len(left))
     assert reachable == [] and left == []
+
+
+HANGING = """\
+import os, time
+os.environ["KERAS_BACKEND"] = "jax"
+import jax, keras, numpy as np
+from jax.experimental import multihost_utils
+keras.distribution.initialize()
+keras.distribution.set_distribution(keras.distribution.DataParallel(auto_shard_dataset=False))
+x = np.ones((64, 4), "float32")
+model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(1)])
+model.compile(optimizer="sgd", loss="mse")
+model.fit(x, x[:, :1], batch_size=32, epochs=2, verbose=0)  # 4 steps
+if jax.process_index() == 1:
+    time.sleep(600)  # hangs; process 0 waits for it in the all-gather
+multihost_utils.process_allgather(np.ones(1))
+"""
+
+
+def test_a_process_hanging_in_a_collective_is_named_by_the_stall_warning(jobs_root):
+    job = submit(JobSpec(code=HANGING, workers=2, backend="jax", stall_timeout=3, grace=1))
+    wait_for(lambda: job.status().warnings or job.done, 120, what="the stall warning")
+    (warning,) = job.status().warnings
+    assert warning.startswith("training stalled: no step since"), warning
+    assert "at step 4" in warning and "rank 0" in warning and "rank 1" in warning, warning
+    assert job.stop() == "stopped"  # both, the one in the collective included
+    assert left_after(lambda: processes_of(job.dir.path), 10) == []
+
+
+def test_an_interrupt_in_the_kernel_stops_every_process(kernel, jobs_root):
+    msg_id = kernel.submit("%%distributed --workers 2 --backend jax --grace 2\n" + WAITING)
+    job_dir = wait_for(lambda: list_job_dirs(jobs_root), 30, what="the job")[0]
+    logs = [job_dir.log_file(ProcessId("worker", i)) for i in (0, 1)]
+    up = lambda: all(log.exists() and "up" in log.read_text() for log in logs)  # noqa: E731
+    wait_for(up, 120, what="both processes up")
+    assert len(processes_of(job_dir.path)) >= 2
+    kernel.km.interrupt_kernel()
+    out = kernel.collect(msg_id, timeout=60)
+    assert out.error is not None and out.error["ename"] in ("KeyboardInterrupt", "JobInterrupted")
+    assert left_after(lambda: processes_of(job_dir.path), 10) == []
+    assert job_dir.read_state().state == "stopped"
 
 
 SCALABLE = """\
