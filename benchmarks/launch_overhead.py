@@ -1,7 +1,10 @@
 """Launch overhead: plain ``horovodrun --gloo -np 2`` against ``%%distributed --workers 2``,
 started cold (``--no-pool``) and warm (processes taken from the warm pool); with
 ``--framework torch``, ``torchrun --standalone --nproc-per-node 2`` against
-``%%distributed --backend torch`` the same way (a small DDP model over Gloo).
+``%%distributed --backend torch`` the same way (a small DDP model over Gloo); with
+``--framework jax``, the same Keras 3 model on JAX (``keras.distribution.DataParallel``)
+started by hand, two processes each given its ``keras.distribution.initialize``
+arguments (coordinator, process count, process id), against ``--backend jax``.
 
 The same Keras script runs under the three, ``--rounds`` times, the order rotating
 each round so each comes first equally often. Rank 0 prints the wall-clock time of
@@ -16,6 +19,7 @@ the cores with a pool's imports. The raw per-round figures are saved to
 ``benchmarks/results/``.
 
     .venv/bin/python benchmarks/launch_overhead.py [--rounds 20] [--steps 600] [--framework torch]
+    .venv-current/bin/python benchmarks/launch_overhead.py --framework jax
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ import contextlib
 import json
 import os
 import re
+import socket
 import statistics
 import subprocess
 import sys
@@ -105,6 +110,49 @@ if dist.get_rank() == 0:
 dist.destroy_process_group()
 """
 
+JAX_SCRIPT = """\
+import os, time
+os.environ.setdefault("KERAS_BACKEND", "jax")
+import jax
+import keras
+import numpy as np
+
+keras.distribution.initialize()
+keras.distribution.set_distribution(keras.distribution.DataParallel(auto_shard_dataset=False))
+STEPS, WARMUP, BATCH = {steps}, 20, 64
+x = np.random.default_rng(jax.process_index()).random((BATCH * 8, 32, 32, 3), dtype=np.float32)
+y = np.random.default_rng(1).integers(0, 10, BATCH * 8)
+model = keras.Sequential([
+    keras.Input((32, 32, 3)),
+    keras.layers.Conv2D(16, 3, activation="relu"),
+    keras.layers.MaxPooling2D(),
+    keras.layers.Flatten(),
+    keras.layers.Dense(64, activation="relu"),
+    keras.layers.Dense(10),
+])
+model.compile(optimizer=keras.optimizers.SGD(0.01),
+              loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+
+
+class Clock(keras.callbacks.Callback):
+    def on_train_batch_end(self, batch, logs=None):
+        if batch == 0:
+            self.first = time.time()
+        if batch == WARMUP:
+            self.warm = time.perf_counter()
+
+    def on_train_end(self, logs=None):
+        rate = (STEPS - 1 - WARMUP) / (time.perf_counter() - self.warm)
+        if jax.process_index() == 0:
+            print(f"BENCH first_step={{self.first:.6f}} steps_per_sec={{rate:.3f}}", flush=True)
+
+
+repeats = -(-STEPS // 8)
+model.fit(np.concatenate([x] * repeats)[: STEPS * BATCH],
+          np.concatenate([y] * repeats)[: STEPS * BATCH],
+          batch_size=BATCH, epochs=1, verbose=0, callbacks=[Clock()])
+"""
+
 BENCH_RE = re.compile(r"BENCH first_step=([\d.]+) steps_per_sec=([\d.]+)")
 
 
@@ -141,10 +189,42 @@ def run_torchrun(script: Path) -> tuple[float, float]:
     return first - started, rate
 
 
+def run_jax_by_hand(script: Path) -> tuple[float, float]:
+    """Two processes of ``script``, each given its ``keras.distribution.initialize``
+    arguments (which Keras passes to ``jax.distributed.initialize``) as Keras reads them
+    from the environment."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        coordinator = f"127.0.0.1:{sock.getsockname()[1]}"
+    started = time.time()
+    procs = [
+        subprocess.Popen(
+            [sys.executable, str(script)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            text=True,
+            env={
+                **os.environ,
+                "KERAS_BACKEND": "jax",
+                "KERAS_DISTRIBUTION_JOB_ADDRESSES": coordinator,
+                "KERAS_DISTRIBUTION_NUM_PROCESSES": "2",
+                "KERAS_DISTRIBUTION_PROCESS_ID": str(rank),
+            },
+        )
+        for rank in (0, 1)
+    ]
+    outputs = [proc.communicate()[0] for proc in procs]
+    if any(proc.returncode for proc in procs):
+        raise RuntimeError(f"a process by hand failed:\n{outputs}")
+    first, rate = parse(outputs[0])
+    return first - started, rate
+
+
 # per framework: the program, the launcher by hand it is compared with, that one's runner
 FRAMEWORKS = {
     "keras": (SCRIPT, "horovodrun", run_horovodrun),
     "torch": (TORCH_SCRIPT, "torchrun", run_torchrun),
+    "jax": (JAX_SCRIPT, "by hand", run_jax_by_hand),
 }
 
 

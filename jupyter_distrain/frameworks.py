@@ -72,11 +72,13 @@ def resolve_keras(choice: str) -> tuple[str, str]:
             if choice == "legacy"
             else (
                 f"Keras: legacy tf-keras (TensorFlow {tf[0]}.{tf[1]}'s Keras 3 cannot run "
-                "these strategies' fit; --keras native to use Keras 3)"
+                "these strategies' fit; --keras native to use Keras 3, --backend jax for "
+                "Keras 3 on many processes)"
             )
         )
         return "legacy", why
     return "native", (
         f"Keras 3 (TensorFlow {tf[0]}.{tf[1]}): its fit cannot run under "
-        "MultiWorkerMirroredStrategy or ParameterServerStrategy; pip install tf-keras"
+        "MultiWorkerMirroredStrategy or ParameterServerStrategy; pip install tf-keras, "
+        "or run Keras 3 on JAX (--backend jax)"
     )

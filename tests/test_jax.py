@@ -89,6 +89,7 @@ def test_a_keras_3_data_parallel_cell_ends_with_identical_weights_and_its_steps_
     job = submit(JobSpec(code=code, workers=2))
     assert job.spec.backend == "jax"
     assert job.backend_reason.startswith("the cell runs Keras on JAX and not TensorFlow")
+    assert job.spec.keras == "native" and job.notes == []  # no tf-keras note: Keras 3 on JAX
     assert job.wait(240) == "succeeded", job.status().error
     said = [TRAINED.search(job.logs(ProcessId("worker", i))) for i in (0, 1)]
     assert all(said), job.logs()

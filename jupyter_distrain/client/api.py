@@ -28,6 +28,7 @@ log = logging.getLogger(__name__)
 # --backend auto without --ps: the first of these that can run here
 BACKEND_PREFERENCE = ("horovod", "tf")
 TENSORFLOW_PACKAGES = {"tensorflow", "horovod", "keras", "tf_keras"}
+NOT_TENSORFLOW = {"torch", "jax", "mpi"}  # backends whose jobs need no Keras choice
 # --backend auto: a cell importing the package, and none of the others, runs on the backend
 BACKEND_OF_IMPORT = (
     ("torch", "torch", TENSORFLOW_PACKAGES | {"jax"}),
@@ -98,7 +99,8 @@ def submit(spec: JobSpec, namespace: Mapping[str, Any] | None = None) -> Job:
     except ValueError as exc:
         raise SpecError(f"--launcher: {exc}") from None
     backend, reason = resolve_backend(spec)
-    keras, keras_note = resolve_keras(spec.keras)
+    # tf.keras's choice; Keras 3 on JAX or torch is what `import keras` gives
+    keras, keras_note = ("native", "") if backend in NOT_TENSORFLOW else resolve_keras(spec.keras)
     resolved = dataclasses.replace(spec, backend=backend, keras=keras)
     processes = load_plugin(BACKENDS, backend)(resolved).slots_needed()
     resolved = launcher.check_capacity(resolved, processes)
