@@ -315,12 +315,9 @@ def test_bench_runs_jax_on_the_same_resnet_and_says_its_framework(jobs_root):
     from jupyter_distrain.client import bench
 
     tiny = {"image_size": 8, "width": 4, "blocks": 1, "batch_size": 8, "steps": 5, "epochs": 2}
-    settings = bench.BenchSettings(workers=2, backends=["jax"], **tiny)
+    settings = bench.BenchSettings(workers=1, backends=["jax"], **tiny)  # 2: the tests above
     rows, _ = bench.run(settings, progress=lambda line: None)
-    assert sorted((r.backend, r.framework, r.workers) for r in rows) == [
-        ("jax", "JAX", 1),
-        ("jax", "JAX", 2),
-    ]
+    assert [(r.backend, r.framework, r.workers) for r in rows] == [("jax", "JAX", 1)]
     assert all(r.images_per_sec > 0 for r in rows)
 
 

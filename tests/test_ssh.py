@@ -237,7 +237,8 @@ def test_a_jax_job_runs_one_process_on_each_host(cluster, jobs_root):
     job = api.submit(
         JobSpec(code=JAX_GATHER_AND_WAIT, workers=2, backend="jax", **cluster.options())
     )
-    said = lambda i: GATHERED.search(job.logs(ProcessId("worker", i)))  # noqa: E731
+    logs = [job.dir.log_file(ProcessId("worker", i)) for i in (0, 1)]
+    said = lambda i: logs[i].exists() and GATHERED.search(logs[i].read_text())  # noqa: E731
     wait_for(lambda: (said(0) and said(1)) or job.done, 180, what="both processes' gather")
     assert [said(i).group(1, 2, 3) for i in (0, 1)] == [
         ("0", "2", "[1, 11]"),
