@@ -39,7 +39,27 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-SCRIPT = """\
+
+def keras_clock(keras: str, rank: str) -> str:
+    """A Keras callback class ``Clock``: rank 0 prints the BENCH line at the end."""
+    return f"""
+class Clock({keras}.callbacks.Callback):
+    def on_train_batch_end(self, batch, logs=None):
+        if batch == 0:
+            self.first = time.time()
+        if batch == WARMUP:
+            self.warm = time.perf_counter()
+
+    def on_train_end(self, logs=None):
+        rate = (STEPS - 1 - WARMUP) / (time.perf_counter() - self.warm)
+        if {rank} == 0:
+            print(f"BENCH first_step={{{{self.first:.6f}}}} "
+                  f"steps_per_sec={{{{rate:.3f}}}}", flush=True)
+"""
+
+
+SCRIPT = (
+    """\
 import time
 import numpy as np
 import tensorflow as tf
@@ -62,22 +82,14 @@ model.compile(optimizer=hvd.DistributedOptimizer(tf.keras.optimizers.SGD(0.01)),
               loss=tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True))
 
 
-class Clock(tf.keras.callbacks.Callback):
-    def on_train_batch_end(self, batch, logs=None):
-        if batch == 0:
-            self.first = time.time()
-        if batch == WARMUP:
-            self.warm = time.perf_counter()
-
-    def on_train_end(self, logs=None):
-        rate = (STEPS - 1 - WARMUP) / (time.perf_counter() - self.warm)
-        if hvd.rank() == 0:
-            print(f"BENCH first_step={{self.first:.6f}} steps_per_sec={{rate:.3f}}", flush=True)
-
+"""
+    + keras_clock("tf.keras", "hvd.rank()")
+    + """
 
 model.fit(data, steps_per_epoch=STEPS, epochs=1, verbose=0,
           callbacks=[hvd.callbacks.BroadcastGlobalVariablesCallback(0), Clock()])
 """
+)
 
 TORCH_SCRIPT = """\
 import time
@@ -110,7 +122,8 @@ if dist.get_rank() == 0:
 dist.destroy_process_group()
 """
 
-JAX_SCRIPT = """\
+JAX_SCRIPT = (
+    """\
 import os, time
 os.environ.setdefault("KERAS_BACKEND", "jax")
 import jax
@@ -134,24 +147,16 @@ model.compile(optimizer=keras.optimizers.SGD(0.01),
               loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
 
 
-class Clock(keras.callbacks.Callback):
-    def on_train_batch_end(self, batch, logs=None):
-        if batch == 0:
-            self.first = time.time()
-        if batch == WARMUP:
-            self.warm = time.perf_counter()
-
-    def on_train_end(self, logs=None):
-        rate = (STEPS - 1 - WARMUP) / (time.perf_counter() - self.warm)
-        if jax.process_index() == 0:
-            print(f"BENCH first_step={{self.first:.6f}} steps_per_sec={{rate:.3f}}", flush=True)
-
+"""
+    + keras_clock("keras", "jax.process_index()")
+    + """
 
 repeats = -(-STEPS // 8)
 model.fit(np.concatenate([x] * repeats)[: STEPS * BATCH],
           np.concatenate([y] * repeats)[: STEPS * BATCH],
           batch_size=BATCH, epochs=1, verbose=0, callbacks=[Clock()])
 """
+)
 
 BENCH_RE = re.compile(r"BENCH first_step=([\d.]+) steps_per_sec=([\d.]+)")
 

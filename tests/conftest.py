@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 import os
 import queue
+import subprocess
+import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -160,6 +162,39 @@ def wait_for(predicate, timeout: float, interval: float = 0.1, what: str = "cond
             return value
         time.sleep(interval)
     raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+
+
+def failed_seconds_after_exit(job: JobDir, process: str = "worker-1") -> float:
+    """How long after ``process`` exited the job was failed (from its events)."""
+    events = job.read_events()
+    exited = next(e["time"] for e in events if e.get("process") == process and e["event"] == "exit")
+    failed = next(e["time"] for e in events if e.get("state") == "failed")
+    return failed - exited
+
+
+MISSING_PACKAGE = """\
+import sys
+sys.modules[{package!r}] = None  # what Python answers where it cannot be imported
+from jupyter_distrain import JobSpec, SpecError, submit
+for backend in ({package!r}, "auto"):
+    try:
+        submit(JobSpec(code="import {package}\\n", workers=2, backend=backend))
+    except SpecError as exc:
+        print(exc)
+"""
+
+
+def refusals_without(package: str) -> list[str]:
+    """What ``--backend PACKAGE`` and ``--backend auto`` say of a cell importing
+    ``package``, in a fresh interpreter where ``package`` cannot be imported."""
+    run = subprocess.run(
+        [sys.executable, "-c", MISSING_PACKAGE.format(package=package)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert run.returncode == 0, run.stderr
+    return run.stdout.splitlines()
 
 
 def fault_row(fault: str, survived: bool, state: str, left: int, outside: int = 0) -> None:

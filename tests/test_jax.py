@@ -10,11 +10,9 @@ from __future__ import annotations
 import json
 import os
 import re
-import subprocess
-import sys
 
 import pytest
-from conftest import fault_row, wait_for
+from conftest import failed_seconds_after_exit, fault_row, refusals_without, wait_for
 from jobscan import left_after, processes_of
 from netprobe import listening_sockets, other_host_namespace, port_open
 from test_pool import _ready_pool, pool_on  # noqa: F401  (pool_on: a fixture)
@@ -126,12 +124,7 @@ def test_a_crashing_process_fails_the_job_fast_with_its_traceback(jobs_root):
     assert status.state == "failed"
     assert status.error.startswith("rank 1 failed first"), status.error
     assert "ValueError: bad batch on process one" in job.logs(ProcessId("worker", 1))
-    events = job.dir.read_events()
-    failed_at = next(
-        e["time"] for e in events if e.get("process") == "worker-1" and e["event"] == "exit"
-    )
-    ended_at = next(e["time"] for e in events if e.get("state") == "failed")
-    assert ended_at - failed_at < 2.0
+    assert failed_seconds_after_exit(job.dir) < 2.0
     assert left_after(lambda: processes_of(job.dir.path), 10) == []
 
 
@@ -277,24 +270,9 @@ def test_parameter_servers_with_jax_are_one_line_and_launch_nothing(jobs_root):
     assert list(jobs_root.iterdir()) == []
 
 
-WITHOUT_JAX = """\
-import sys
-sys.modules["jax"] = None  # what Python answers where jax cannot be imported
-from jupyter_distrain import JobSpec, SpecError, submit
-for backend in ("jax", "auto"):
-    try:
-        submit(JobSpec(code="import jax\\n", workers=2, backend=backend))
-    except SpecError as exc:
-        print(exc)
-"""
-
-
 def test_without_jax_the_backend_is_one_line_naming_the_install(jobs_root):
-    run = subprocess.run(
-        [sys.executable, "-c", WITHOUT_JAX], capture_output=True, text=True, timeout=60
-    )
-    lines = run.stdout.splitlines()
-    assert len(lines) == 2, run.stdout + run.stderr
+    lines = refusals_without("jax")
+    assert len(lines) == 2, lines
     assert lines[0].startswith("--backend jax: jax is not installed: pip install")
     assert lines[1].startswith("--backend auto: the cell imports jax, but jax is not")
     assert list(jobs_root.iterdir()) == []

@@ -223,9 +223,7 @@ def test_a_horovod_job_runs_one_rank_on_each_node(cluster, driver, jobs_root):
 
 def test_a_torch_ddp_job_runs_one_rank_on_each_node(cluster, driver, jobs_root):
     """One CPU a slot, one a node: a rank on each, MASTER_ADDR rank 0's node address."""
-    job = api.submit(
-        JobSpec(code=DDP_PROGRAM, workers=2, backend="torch", **cluster.options())
-    )
+    job = api.submit(JobSpec(code=DDP_PROGRAM, workers=2, backend="torch", **cluster.options()))
     assert job.wait(240) == "succeeded", job.status().error
     said = [DDP_SAID.search(job.logs(ProcessId("worker", i))) for i in (0, 1)]
     assert all(said), job.logs()

@@ -21,7 +21,7 @@ from jobscan import left_after
 from jobscan import processes_naming as job_processes
 from multihost import SSH_PORT, SshCluster, ssh_cluster
 from netprobe import listening_sockets
-from test_jax import GATHERED
+from test_jax import ALLGATHER, GATHERED
 from test_metrics_widget import KERAS_FIT
 from test_mpi import AVERAGING
 from test_mpi import SAID as MPI_SAID
@@ -216,17 +216,7 @@ def test_a_torch_ddp_job_runs_one_rank_on_each_host(cluster, jobs_root):
     assert remote_dirs(job.id) == []
 
 
-JAX_GATHER_AND_WAIT = """\
-import os, time
-import jax, numpy as np
-from jax.experimental import multihost_utils
-jax.distributed.initialize()
-gathered = multihost_utils.process_allgather(np.array([jax.process_index() * 10 + 1]))
-print(f"process {jax.process_index()} of {jax.process_count()} "
-      f"gathered {gathered.ravel().tolist()} devices {jax.device_count()} "
-      f"coordinator {os.environ['JAX_COORDINATOR_ADDRESS']}", flush=True)
-time.sleep(600)
-"""
+JAX_GATHER_AND_WAIT = ALLGATHER + "import time\ntime.sleep(600)\n"
 
 
 @pytest.mark.jax

@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import fault_row, wait_for
+from conftest import failed_seconds_after_exit, fault_row, refusals_without, wait_for
 from jobscan import left_after, processes_of
 from netprobe import listening_sockets, other_host_namespace, port_open
 from test_pool import _ready_pool, pool_on  # noqa: F401  (pool_on: a fixture)
@@ -114,12 +114,7 @@ def test_a_crashing_rank_fails_the_job_fast_with_its_traceback(jobs_root):
     assert status.state == "failed"
     assert status.error.startswith("rank 1 failed first"), status.error
     assert "ValueError: bad batch on rank one" in job.logs(ProcessId("worker", 1))
-    events = job.dir.read_events()
-    failed_at = next(
-        e["time"] for e in events if e.get("process") == "worker-1" and e["event"] == "exit"
-    )
-    ended_at = next(e["time"] for e in events if e.get("state") == "failed")
-    assert ended_at - failed_at < 2.0
+    assert failed_seconds_after_exit(job.dir) < 2.0
     assert left_after(lambda: processes_of(job.dir.path), 10) == []
 
 
@@ -183,24 +178,9 @@ def test_parameter_servers_with_torch_are_one_line_and_launch_nothing(jobs_root)
     assert list(jobs_root.iterdir()) == []
 
 
-WITHOUT_TORCH = """\
-import sys
-sys.modules["torch"] = None  # what Python answers where torch cannot be imported
-from jupyter_distrain import JobSpec, SpecError, submit
-for backend in ("torch", "auto"):
-    try:
-        submit(JobSpec(code="import torch\\n", workers=2, backend=backend))
-    except SpecError as exc:
-        print(exc)
-"""
-
-
 def test_without_torch_the_backend_is_one_line_naming_the_install(jobs_root):
-    run = subprocess.run(
-        [sys.executable, "-c", WITHOUT_TORCH], capture_output=True, text=True, timeout=60
-    )
-    lines = run.stdout.splitlines()
-    assert len(lines) == 2, run.stdout + run.stderr
+    lines = refusals_without("torch")
+    assert len(lines) == 2, lines
     assert lines[0].startswith("--backend torch: torch is not installed: pip install")
     assert lines[1].startswith("--backend auto: the cell imports torch, but torch is not")
     assert list(jobs_root.iterdir()) == []
