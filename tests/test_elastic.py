@@ -28,11 +28,11 @@ model.compile(optimizer=hvd.DistributedOptimizer(tf.keras.optimizers.SGD(0.01)),
 state = hvd.elastic.KerasState(model, batch=0, epoch=0)
 @hvd.elastic.run
 def train(state):
-    model.fit(x, y, batch_size=16, epochs=60, initial_epoch=state.epoch, verbose=0,
+    model.fit(x, y, batch_size=16, epochs=30, initial_epoch=state.epoch, verbose=0,
               callbacks=[hvd.elastic.CommitStateCallback(state), hvd.elastic.UpdateEpochStateCallback(state)])
 train(state)
 """
-STEPS_PER_EPOCH, EPOCHS = 32, 60
+STEPS_PER_EPOCH, EPOCHS = 32, 30
 
 
 def _steps(job, process: ProcessId) -> list[int]:
@@ -40,7 +40,7 @@ def _steps(job, process: ProcessId) -> list[int]:
     return [r["step"] for r in records if ProcessId.of(r) == process and "step" in r]
 
 
-def _scale_when_training(job, workers: int, step: int = 400) -> dict[int, int]:
+def _scale_when_training(job, workers: int, step: int = 200) -> dict[int, int]:
     wait_for(lambda: job.state == "running", 60, what="running")
     wait_for(
         lambda: all((p.step or 0) >= step for p in job.status().processes), 120, what="training"
