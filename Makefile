@@ -41,13 +41,15 @@ PYTEST_ARGS.pinned  := -m "not jax" \
 PYTEST_ARGS.current := -m "not horovod"
 # the second run (current TensorFlow beside the pinned one) runs JAX's tests and the tests
 # whose outcome depends on TensorFlow's version: its backends, Keras's hooks and output,
-# AutoGraph's files, the seed's programs, the notebooks and the bench that train with it,
-# the port scan of its servers, and one warm pool of it (pooling itself, the channels,
-# the launchers, the server, torch and the rest run once, in the first run)
+# AutoGraph's files, the seed's programs, the quickstart notebook (`make demo`; the ps and
+# seed-flow notebooks' programs are test_tf_backends' and test_workers_api's) and the bench
+# that train with it, the port scan of its servers, and one warm pool of it (pooling
+# itself, the channels, the launchers, the server, torch and the rest run once, in the
+# first run)
 SECOND_RUN_ARGS := $(PYTEST_ARGS.current) tests/test_jax.py tests/test_ssh.py::test_a_jax_job_runs_one_process_on_each_host \
   tests/test_tf_backends.py tests/test_metrics_widget.py \
   tests/test_worker_tmp.py tests/test_cell_output.py tests/test_workers_api.py \
-  tests/test_notebook.py tests/test_bench.py \
+  tests/test_notebook.py::test_quickstart_notebook_trains_digits_to_90_percent tests/test_bench.py \
   --deselect tests/test_bench.py::test_synchronous_parameter_servers_are_benched_with_the_seeds_program \
   tests/faults/test_faults.py::test_a_port_scan_from_another_host_finds_nothing_of_a_ps_job_then_kill_the_ps \
   tests/test_pool.py::test_a_rerun_takes_pooled_processes_that_behave_like_fresh_workers \
