@@ -20,6 +20,15 @@ def installed_version(*distributions: str) -> str | None:
     return None
 
 
+def importable(module: str, install_hint: str) -> tuple[bool, str]:
+    """Whether ``module`` can be imported here (found, not imported: that can take
+    seconds), and why: its installed version, or ``install_hint``."""
+    if importlib.util.find_spec(module) is None:
+        return False, install_hint
+    version = installed_version(module)
+    return True, f"{module} {version} is installed" if version else f"{module} is installed"
+
+
 def version_of(*distributions: str) -> tuple[int, int] | None:
     """(major, minor) of the first of these distributions that is installed."""
     for name in distributions:

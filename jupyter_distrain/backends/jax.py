@@ -15,23 +15,13 @@ rule: the first process to fail fails the job, and the others are stopped.
 
 from __future__ import annotations
 
-import importlib.util
-
 from ..contract.process import JaxEnv, ProcessId
-from ..frameworks import installed_version
+from ..frameworks import importable, installed_version
 from ..launchers.base import Launcher, Slot
 from .base import Backend, Plan, WorkerCommand
 
 INSTALL_HINT = "jax is not installed: pip install 'jupyter_distrain[jax]' (CPU: pip install jax)"
 COORDINATOR_PORT = "JAX coordinator (gRPC, unauthenticated)"
-
-
-def jax_available() -> tuple[bool, str]:
-    """Whether jax can be imported here (found, not imported)."""
-    if importlib.util.find_spec("jax") is None:
-        return False, INSTALL_HINT
-    version = installed_version("jax")
-    return True, f"jax {version} is installed" if version else "jax is installed"
 
 
 def jax_env(slots: list[Slot], coordinator: str) -> list[dict[str, str]]:
@@ -58,7 +48,7 @@ class JaxBackend(Backend):
 
     @classmethod
     def available(cls) -> tuple[bool, str]:
-        return jax_available()
+        return importable("jax", INSTALL_HINT)
 
     @classmethod
     def framework_version(cls) -> str | None:

@@ -21,12 +21,11 @@ stopped.
 
 from __future__ import annotations
 
-import importlib.util
 from collections import Counter
 from pathlib import Path
 
 from ..contract.process import Env, ProcessId
-from ..frameworks import installed_version
+from ..frameworks import importable, installed_version
 from ..launchers.base import Launcher, Slot
 from .base import Backend, Plan, WorkerCommand
 
@@ -35,14 +34,6 @@ INSTALL_HINT = (
     "(a CPU build: pip install torch --index-url https://download.pytorch.org/whl/cpu)"
 )
 STORE_PORT = "torch TCPStore (unauthenticated)"
-
-
-def torch_available() -> tuple[bool, str]:
-    """Whether torch can be imported here (found, not imported: that takes seconds)."""
-    if importlib.util.find_spec("torch") is None:
-        return False, INSTALL_HINT
-    version = installed_version("torch")
-    return True, f"torch {version} is installed" if version else "torch is installed"
 
 
 def torchrun_env(slots: list[Slot], master: Slot, port: int, run_id: str) -> list[dict[str, str]]:
@@ -81,7 +72,7 @@ class TorchBackend(Backend):
 
     @classmethod
     def available(cls) -> tuple[bool, str]:
-        return torch_available()
+        return importable("torch", INSTALL_HINT)
 
     @classmethod
     def framework_version(cls) -> str | None:

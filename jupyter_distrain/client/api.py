@@ -28,13 +28,14 @@ log = logging.getLogger(__name__)
 # --backend auto without --ps: the first of these that can run here
 BACKEND_PREFERENCE = ("horovod", "tf")
 TENSORFLOW_PACKAGES = {"tensorflow", "horovod", "keras", "tf_keras"}
-NOT_TENSORFLOW = {"torch", "jax", "mpi"}  # backends whose jobs need no Keras choice
 # --backend auto: a cell importing the package, and none of the others, runs on the backend
 BACKEND_OF_IMPORT = (
     ("torch", "torch", TENSORFLOW_PACKAGES | {"jax"}),
     ("jax", "jax", TENSORFLOW_PACKAGES | {"torch"}),
     ("mpi4py", "mpi", TENSORFLOW_PACKAGES | {"torch", "jax"}),
 )
+# those backends run no TensorFlow: their jobs need no tf.keras choice
+NOT_TENSORFLOW = {backend for _, backend, _ in BACKEND_OF_IMPORT}
 
 
 def resolve_backend(spec: JobSpec) -> tuple[str, str]:
