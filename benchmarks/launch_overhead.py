@@ -1,7 +1,9 @@
 """Launch overhead: plain ``horovodrun --gloo -np 2`` against ``%%distributed --workers 2``,
 started cold (``--no-pool``) and warm (processes taken from the warm pool); with
 ``--framework torch``, ``torchrun --standalone --nproc-per-node 2`` against
-``%%distributed --backend torch`` the same way (a small DDP model over Gloo); with
+``%%distributed --backend torch`` the same way (a small DDP model over Gloo), and the
+two ranks started with torchrun's variables and no launcher at all (``floor``: what no
+cold launcher can beat, since every rank imports torch itself); with
 ``--framework jax``, the same Keras 3 model on JAX (``keras.distribution.DataParallel``)
 started by hand, two processes each given its ``keras.distribution.initialize``
 arguments (coordinator, process count, process id), against ``--backend jax``.
@@ -35,7 +37,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -194,13 +196,16 @@ def run_torchrun(script: Path) -> tuple[float, float]:
     return first - started, rate
 
 
-def run_jax_by_hand(script: Path) -> tuple[float, float]:
-    """Two processes of ``script``, each given its ``keras.distribution.initialize``
-    arguments (which Keras passes to ``jax.distributed.initialize``) as Keras reads them
-    from the environment."""
+def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
-        coordinator = f"127.0.0.1:{sock.getsockname()[1]}"
+        return sock.getsockname()[1]
+
+
+def run_two_processes(
+    script: Path, env_of_rank: Callable[[int], dict[str, str]]
+) -> tuple[float, float]:
+    """Two processes of ``script`` started directly, each with ``env_of_rank(rank)``."""
     started = time.time()
     procs = [
         subprocess.Popen(
@@ -208,21 +213,44 @@ def run_jax_by_hand(script: Path) -> tuple[float, float]:
             stdout=subprocess.PIPE,
             stderr=subprocess.DEVNULL,
             text=True,
-            env={
-                **os.environ,
-                "KERAS_BACKEND": "jax",
-                "KERAS_DISTRIBUTION_JOB_ADDRESSES": coordinator,
-                "KERAS_DISTRIBUTION_NUM_PROCESSES": "2",
-                "KERAS_DISTRIBUTION_PROCESS_ID": str(rank),
-            },
+            env={**os.environ, **env_of_rank(rank)},
         )
         for rank in (0, 1)
     ]
     outputs = [proc.communicate()[0] for proc in procs]
     if any(proc.returncode for proc in procs):
-        raise RuntimeError(f"a process by hand failed:\n{outputs}")
+        raise RuntimeError(f"a process started by hand failed:\n{outputs}")
     first, rate = parse(outputs[0])
     return first - started, rate
+
+
+def run_jax_by_hand(script: Path) -> tuple[float, float]:
+    """Each process given its ``keras.distribution.initialize`` arguments (which Keras
+    passes to ``jax.distributed.initialize``) as Keras reads them from the environment."""
+    coordinator = f"127.0.0.1:{free_port()}"
+    return run_two_processes(
+        script,
+        lambda rank: {
+            "KERAS_BACKEND": "jax",
+            "KERAS_DISTRIBUTION_JOB_ADDRESSES": coordinator,
+            "KERAS_DISTRIBUTION_NUM_PROCESSES": "2",
+            "KERAS_DISTRIBUTION_PROCESS_ID": str(rank),
+        },
+    )
+
+
+def run_torch_floor(script: Path) -> tuple[float, float]:
+    """The two ranks started directly with the variables torchrun gives them and no
+    launcher at all: what no cold launcher can beat (each rank imports torch)."""
+    port = str(free_port())
+    return run_two_processes(
+        script,
+        lambda rank: {
+            "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": port, "RANK": str(rank),
+            "WORLD_SIZE": "2", "LOCAL_RANK": str(rank), "LOCAL_WORLD_SIZE": "2",
+            "OMP_NUM_THREADS": "1",
+        },
+    )  # fmt: skip
 
 
 # per framework: the program, the launcher by hand it is compared with, that one's runner
@@ -231,6 +259,8 @@ FRAMEWORKS = {
     "torch": (TORCH_SCRIPT, "torchrun", run_torchrun),
     "jax": (JAX_SCRIPT, "by hand", run_jax_by_hand),
 }
+# where the launcher by hand has a cost of its own: the processes started with no launcher
+FLOORS = {"torch": run_torch_floor}
 
 
 def wait_for_pool(processes: int = 2, timeout: float = 120.0) -> None:
@@ -309,15 +339,19 @@ def main() -> int:
     program, by_hand, run_by_hand = FRAMEWORKS[args.framework]
 
     with bench_session(args.steps, program) as (tmp, code, script, shell):
-        columns = (by_hand, "distributed", "warm")
+        floor = ("floor",) if args.framework in FLOORS else ()
+        columns = (by_hand, "distributed", "warm", *floor)
         results: dict[str, list[tuple[float, float]]] = {name: [] for name in columns}
         flags = "--env JUPYTER_DISTRAIN_INSTRUMENT=0" if args.no_instrument else ""
         run_distributed(shell, code, flags)  # primes the pool: it fills when a job ends
         wait_for_pool()
         for i in range(args.rounds):
-            for name in columns[i % 3 :] + columns[: i % 3]:
+            turn = i % len(columns)
+            for name in columns[turn:] + columns[:turn]:
                 if name == by_hand:
                     res = run_by_hand(script)
+                elif name == "floor":
+                    res = FLOORS[args.framework](script)
                 elif name == "distributed":
                     res = run_distributed(shell, code, f"--no-pool {flags}")
                 else:
@@ -348,13 +382,16 @@ def main() -> int:
             f"steps/sec {rate_ratio:.3f} (target >= 0.99)"
         )
     # the runs of a round ran back to back: pairing them cancels the machine's drifts
-    for name in ("distributed", "warm"):
-        pairs = list(zip(results[name], results[by_hand], strict=True))
+    pairings = [(name, by_hand) for name in ("distributed", "warm")]
+    if "floor" in results:
+        pairings += [("floor", by_hand), ("distributed", "floor")]
+    for name, other in pairings:
+        pairs = list(zip(results[name], results[other], strict=True))
         for label, column in (("time to first step", 0), ("steps/sec", 1)):
             ratios = [d[column] / h[column] for d, h in pairs]
             mean, low, high = mean_with_interval(ratios)
             print(
-                f"{name}/{by_hand} {label}: mean of per-round ratios {mean:.3f} (95% CI "
+                f"{name}/{other} {label}: mean of per-round ratios {mean:.3f} (95% CI "
                 f"{low:.3f}-{high:.3f}, {len(ratios)} rounds; median "
                 f"{statistics.median(ratios):.3f})"
             )

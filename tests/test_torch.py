@@ -294,11 +294,14 @@ def test_a_rerun_takes_warm_torch_processes_and_trains_the_same():
     assert first.wait(240) == "succeeded", first.status().error
     assert [p.pooled for p in first.status().processes] == [False, False]
     idle = _ready_pool().idle
-    second = submit(JobSpec(code=DDP_PROGRAM, workers=2, backend="torch"))
+    asks = 'import sys; print("dynamo imported:", "torch._dynamo" in sys.modules)\n'
+    second = submit(JobSpec(code=asks + DDP_PROGRAM, workers=2, backend="torch"))
     assert second.wait(240) == "succeeded", second.status().error
     rows = second.status().processes
     assert [p.pooled for p in rows] == [True, True]
     assert sorted(p.pid for p in rows) == sorted(idle)
+    for rank in (0, 1):
+        assert "dynamo imported: True" in second.logs(ProcessId("worker", rank))
     weights = {
         said(job.logs(ProcessId("worker", i))).group(5) for job in (first, second) for i in (0, 1)
     }
