@@ -6,6 +6,7 @@ nothing of a local job, whose Stop leaves nothing; bad input is one line."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import re
@@ -21,6 +22,8 @@ from test_pool import _ready_pool, pool_on  # noqa: F401  (pool_on: a fixture)
 
 from jupyter_distrain import JobSpec, SpecError, submit
 from jupyter_distrain.contract.process import ProcessId
+
+BENCHMARKS = Path(__file__).resolve().parent.parent / "benchmarks"
 
 DDP_PROGRAM = """\
 import hashlib, os
@@ -306,6 +309,31 @@ def test_a_rerun_takes_warm_torch_processes_and_trains_the_same():
         said(job.logs(ProcessId("worker", i))).group(5) for job in (first, second) for i in (0, 1)
     }
     assert len(weights) == 1
+
+
+@pytest.mark.usefixtures("pool_on")
+def test_warm_runs_of_the_launch_benchmark_program_all_end():
+    """The launch benchmark's DDP program, run after run from the pool: every run ends.
+    With torch 2.13 the process group's destructor, run as the program's namespace
+    was freed, waited with the GIL held for a Gloo thread that waited for the GIL (4
+    of 10 such runs hung before the worker let those threads have it)."""
+    found = importlib.util.spec_from_file_location("bench", BENCHMARKS / "launch_overhead.py")
+    assert found is not None and found.loader is not None
+    bench_module = importlib.util.module_from_spec(found)
+    found.loader.exec_module(bench_module)
+    code = bench_module.TORCH_SCRIPT.format(steps=300)
+    pooled = []
+    for _ in range(5):
+        job = submit(JobSpec(code=code, workers=2, backend="torch"))
+        try:
+            assert job.wait(60) == "succeeded", job.status().error
+        except TimeoutError:
+            pytest.fail(f"{job.id} hung: {job.status().processes}")
+        finally:
+            job.stop()
+        pooled.append(all(p.pooled for p in job.status().processes))
+        _ready_pool()
+    assert pooled[1:] == [True] * 4
 
 
 def test_the_pytorch_notebook_trains_scales_shards_and_averages(jobs_root):

@@ -145,6 +145,8 @@ def run_program(job: JobDir, path: Path, program: CodeType, mode: str, rank: int
         # drop this bootstrap's own frame: the traceback starts in the user's program
         traceback.print_exception(type(exc), exc, exc.__traceback__.tb_next)
         return 1
+    finally:
+        torch_hook.settle()  # before the namespace goes (a process group may go with it)
     if rank == 0 and os.environ.get(Env.OUT):
         try:
             _save_result(job, namespace)

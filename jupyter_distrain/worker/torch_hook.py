@@ -11,6 +11,8 @@ the hook stops at its first such call. A step costs the hook a few microseconds.
 
 from __future__ import annotations
 
+import sys
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -19,6 +21,7 @@ from . import instrument
 from .patching import patch_on_import
 
 _state: dict[str, Any] = {"optimizer": None, "images": None, "quiet": 0}
+SETTLE_SECONDS = 0.1
 
 
 @contextmanager
@@ -78,3 +81,18 @@ def install() -> None:
     """Instrument PyTorch when (if ever) the program imports it."""
     patch_on_import("torch.optim.optimizer", _hook_optimizer)
     patch_on_import("torch.utils.data.dataloader", _hook_dataloader)
+
+
+def settle() -> None:
+    """Before the program's objects are freed: give Gloo's threads the GIL, so that each
+    can let go of the last work it finished.
+
+    A work started in a backward pass holds a Python object (the context torch 2.13
+    keeps in its thread-local state), so the thread that ran it needs the GIL to drop
+    it. Freeing the program's DistributedDataParallel frees its process group, whose
+    destructor joins those threads with the GIL held: if one is still waiting for the
+    GIL, both wait for ever (4 of 10 warm runs of the launch benchmark's program hung
+    so). A sleep releases the GIL.
+    """
+    if "torch.distributed" in sys.modules:
+        time.sleep(SETTLE_SECONDS)
