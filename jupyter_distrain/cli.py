@@ -1,6 +1,13 @@
-"""``jupyter-distrain`` (also ``jupyter distrain``): the command line. ``bench`` runs the
-backend comparison (:mod:`jupyter_distrain.client.bench`) and writes its table, CSV, JSON and
-chart (SVG)."""
+"""``jupyter-distrain`` (also ``jupyter distrain``): the jobs from a terminal, with no kernel.
+
+``list | status JOB | logs JOB [--rank N] [--follow] | stop JOB | scale JOB N |
+attach JOB | pool [--clear] | clean | bench``: the same engine and messages as the
+``%distributed`` line magic (:mod:`jupyter_distrain.client.commands`); ``attach`` shows
+the terminal's text view. Exit status: 0, 1 when the job shown failed, 2 for bad
+arguments or a refused command (no such job, a scale the job cannot take), 130 when
+interrupted. ``bench`` runs the backend comparison (:mod:`jupyter_distrain.client.bench`)
+and writes its table, CSV, JSON and chart (SVG).
+"""
 
 from __future__ import annotations
 
@@ -9,23 +16,44 @@ import shutil
 import sys
 from pathlib import Path
 
-from .client import bench
+from .client import bench, commands
+from .client.widget import TextSummary, gpu_text
 from .contract.spec import SpecError
+
+PROG = "jupyter-distrain"
+
+
+def parser() -> argparse.ArgumentParser:
+    """Every command's arguments."""
+    top = argparse.ArgumentParser(prog=PROG, description=__doc__.split("\n")[0])
+    sub = top.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    bench_parser = commands.add_commands(sub)["bench"]
+    bench.add_arguments(bench_parser)
+    bench_parser.add_argument("--out", default=None, help="also copy the results here")
+    return top
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="jupyter-distrain", description=__doc__.split("\n")[0])
-    sub = parser.add_subparsers(dest="command", required=True)
-    command = sub.add_parser("bench", help="images/sec and scaling efficiency per backend")
-    bench.add_arguments(command)
-    command.add_argument("--out", default=None, help="also copy the results into this directory")
-    args = parser.parse_args(argv)
+    args = parser().parse_args(argv)
+    try:
+        if args.command == "bench":
+            return _bench(args)
+        code, _ = commands.run(args, PROG, TextSummary, gpu_text)
+        return code
+    except commands.CommandError as exc:
+        text = str(exc)
+        print(text if text.startswith(PROG) else f"{PROG}: {text}", file=sys.stderr)
+        return commands.EXIT_USAGE
+    except KeyboardInterrupt:
+        return commands.EXIT_INTERRUPTED
+
+
+def _bench(args: argparse.Namespace) -> int:
     try:  # bad settings, or a launcher's pre-flight refusing the first run
         settings = bench.settings_from(args)
         rows, results = bench.run(settings, progress=lambda line: print(line, flush=True))
     except SpecError as exc:
-        print(f"jupyter-distrain bench: {exc}", file=sys.stderr)
-        return 2
+        raise commands.CommandError(f"{PROG} bench: {exc}") from None
     print(bench.table(rows))
     if args.out:
         out = Path(args.out)
@@ -34,7 +62,7 @@ def main(argv: list[str] | None = None) -> int:
             shutil.copy(results / name, out / name)
         results = out
     print(f"results: {results}/results.csv, {results}/results.json; chart: {results}/chart.svg")
-    return 0
+    return commands.EXIT_OK
 
 
 if __name__ == "__main__":

@@ -12,9 +12,10 @@ from pathlib import Path
 
 import pytest
 
+from jupyter_distrain.client import commands
 from jupyter_distrain.client.follow import follow, follow_async, steps
 from jupyter_distrain.client.job import Job, JobFailed, JobInterrupted
-from jupyter_distrain.client.magics import DistributedMagics, async_cell
+from jupyter_distrain.client.magics import async_cell
 from jupyter_distrain.client.output import LogTail
 from jupyter_distrain.client.widget import (
     JobModel,
@@ -153,7 +154,7 @@ def test_status_command_lines(tmp_path, capsys):
     job_dir = new_job_dir(tmp_path)
     processes = [record(0, "exited", pid=7, exit_code=0), record(1, "killed", exit_code=-9)]
     job_dir.write_state(JobStatus(state="failed", error="rank 1 failed first", processes=processes))
-    DistributedMagics._print_status(Job(job_dir))
+    commands.print_status(Job(job_dir))
     lines = capsys.readouterr().out.splitlines()
     assert lines[0].startswith(f"{job_dir.id:<24} failed       1 workers  auto/local  ")
     assert lines[1:] == [

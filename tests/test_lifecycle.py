@@ -163,6 +163,23 @@ def test_line_commands_list_status_logs_stop(kernel, jobs_root):
     assert out.error["ename"] == "UsageError" and "nosuchjob" in out.error["evalue"]
 
 
+def test_the_display_text_is_the_job_summary_and_ends_with_its_final_state(kernel, jobs_root):
+    """What ``jupyter console`` and text exports show of the widget's display: the job's
+    summary line, not the widget's repr; the display's update at the end says how the
+    job ended."""
+    out = kernel.execute("%%distributed --workers 2\nprint('hi')\n")
+    assert out.error is None, out.error_text
+    job = only_job(jobs_root)
+    texts = {
+        msg["msg_type"]: msg["content"]["data"]["text/plain"]
+        for msg in out.messages
+        if msg["msg_type"] in ("display_data", "update_display_data")
+    }
+    assert texts["display_data"].startswith(f"[{job.id}] ")
+    assert texts["update_display_data"].startswith(f"[{job.id}] succeeded: ")
+    assert "Widget" not in "".join(texts.values())
+
+
 def test_memory_limit_fails_the_job_naming_the_worker(kernel, jobs_root):
     cell = (
         "%%distributed --workers 2 --memory 0.5\n"

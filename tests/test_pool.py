@@ -18,7 +18,7 @@ import pytest
 from conftest import fault_row
 
 from jupyter_distrain import JobFailed, JobSpec, submit
-from jupyter_distrain.client.magics import _print_pools
+from jupyter_distrain.client.commands import print_pools
 from jupyter_distrain.contract.process import ProcessId
 from jupyter_distrain.launchers.local import LocalLauncher
 from jupyter_distrain.pool import client, kinds, wire
@@ -199,7 +199,7 @@ def test_an_unused_pool_ends_and_the_listing_shows_it(pool_on, monkeypatch, caps
     monkeypatch.setenv("JUPYTER_DISTRAIN_POOL_IDLE", "15")
     _run(LIGHT_PROBE, LIGHT)
     info = _ready_pool()
-    _print_pools(clear=False)
+    print_pools(clear=False)
     out = capsys.readouterr().out
     assert f"keeper pid {info.keeper}; 2 idle" in out and " MiB idle" in out
     assert info.memory_bytes > 50 * 2**20  # torch is imported in them

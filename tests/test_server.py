@@ -1,10 +1,14 @@
 """The server extension's REST API, in a real Jupyter server (pytest-jupyter), against
-jobs that really ran: every route, authentication, XSRF, and bad requests."""
+jobs that really ran: every route, authentication, XSRF, and bad requests; all under
+a JupyterHub user's base URL (``/user/alice/``); a running job is the server's
+activity for jupyter_server (what a hub's idle culler reads), the routes' reads are
+not."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import datetime
 import json
 import re
 import subprocess
@@ -24,6 +28,7 @@ from jupyter_distrain.contract.store import JobDir
 from jupyter_distrain.server.handlers import MAX_READ_BYTES, _lines_after
 
 pytest_plugins = ["pytest_jupyter.jupyter_server"]
+ACTIVITY_SECONDS = 0.3
 
 REPORTING = """\
 import time
@@ -62,7 +67,13 @@ class RecordingAuthorizer(AllowAllAuthorizer):
 
 
 @pytest.fixture
-def jp_server_config():
+def jp_base_url() -> str:
+    return "/user/alice/"  # as JupyterHub serves a user's server
+
+
+@pytest.fixture
+def jp_server_config(monkeypatch):
+    monkeypatch.setenv("JUPYTER_DISTRAIN_ACTIVITY_SECONDS", str(ACTIVITY_SECONDS))
     RecordingAuthorizer.read_only = False
     RecordingAuthorizer.asked.clear()
     return {
@@ -188,6 +199,28 @@ async def test_bad_requests_get_a_message(jp_fetch):
     assert (await _error(jp_fetch, *logs, params={"process": "worker-7"}))[0] == 404
     metrics = ("distrain", "jobs", job.id, "metrics")
     assert (await _error(jp_fetch, *metrics, params={"since": -1}))[0] == 400
+
+
+async def _last_activity(fetch) -> datetime.datetime:
+    status = _json(await fetch("api", "status"))  # itself not counted as activity
+    return datetime.datetime.fromisoformat(status["last_activity"].replace("Z", "+00:00"))
+
+
+async def test_a_running_job_is_activity_and_reading_the_routes_is_not(jp_fetch):
+    finished = _finished_job()
+    while finished.dir.supervisor_alive():  # it exits a moment after the job's end
+        await asyncio.sleep(0.1)
+    idle = await _last_activity(jp_fetch)
+    for _ in range(3):  # what the sidebar polls
+        await jp_fetch("distrain", "jobs")
+        await jp_fetch("distrain", "jobs", finished.id, "logs")
+        await asyncio.sleep(ACTIVITY_SECONDS)
+    assert await _last_activity(jp_fetch) == idle
+    job = _running_job()
+    started = datetime.datetime.now(datetime.UTC)
+    await asyncio.sleep(3 * ACTIVITY_SECONDS)
+    assert await _last_activity(jp_fetch) > started  # the job, nothing else happened
+    job.stop()
 
 
 async def test_every_route_needs_authentication(jp_fetch):

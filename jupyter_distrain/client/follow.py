@@ -14,10 +14,11 @@ import asyncio
 import contextlib
 import sys
 import time
-from collections.abc import Generator, Iterator
+from collections.abc import Collection, Generator, Iterator
 from dataclasses import dataclass
 from typing import Any, Protocol, TextIO
 
+from ..contract.process import ProcessId
 from ..contract.status import JobStatus
 from ..timing import Deadline
 from .job import Job, JobInterrupted, outcome
@@ -57,6 +58,7 @@ def steps(
     out: TextIO | None = None,
     from_start: bool = True,
     all_output: bool = False,
+    only: Collection[ProcessId] | None = None,
 ) -> Steps:
     """Watch ``job`` until it ends; yields the seconds to wait between polls.
 
@@ -67,7 +69,7 @@ def steps(
     ``TimeoutError`` once ``timeout`` seconds have passed.
     """
     out = out or sys.stdout
-    tail = LogTail(job.dir, from_start, all_output) if stream else None
+    tail = LogTail(job.dir, from_start, all_output, only) if stream else None
     deadline = Deadline(timeout)
     warned = 0
     while True:
@@ -134,7 +136,8 @@ class FollowOptions:
     processes' output to ``out`` (default stdout), ``from_start`` of the logs or from
     now, whether an interrupt stops the job (``stop_on_interrupt``), and whether to
     show the output exactly as written (``all_output``; by default progress bars show
-    their last state and TensorFlow's start-up lines show once)."""
+    their last state and TensorFlow's start-up lines show once); ``only`` these
+    processes' output (default: every process's)."""
 
     timeout: float | None = None
     stream: bool = True
@@ -142,10 +145,20 @@ class FollowOptions:
     from_start: bool = True
     stop_on_interrupt: bool = True
     all_output: bool = False
+    only: Collection[ProcessId] | None = None
 
     def run(self, job: Job, view: View | None) -> _Run:
         return _Run(
-            steps(job, view, self.timeout, self.stream, self.out, self.from_start, self.all_output)
+            steps(
+                job,
+                view,
+                self.timeout,
+                self.stream,
+                self.out,
+                self.from_start,
+                self.all_output,
+                self.only,
+            )
         )
 
 

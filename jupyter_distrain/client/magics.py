@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import sys
-import time
 import types
 from typing import Any
 
@@ -11,26 +10,13 @@ from IPython.core.error import UsageError
 from IPython.core.magic import Magics, line_cell_magic, magics_class
 from IPython.core.magic_arguments import MagicArgumentParser, magic_arguments, parse_argstring
 
-from ..contract import retention
 from ..contract.cellcheck import elastic_warnings, undefined_names
-from ..contract.process import ProcessId
 from ..contract.spec import JobSpec, SpecError
-from ..contract.status import JobStatus
-from . import api, bench
+from . import api, bench, commands
 from .flags import flag_arguments, spec_from_args
 from .follow import follow, follow_async
-from .job import Job, JobFailed
+from .job import Job
 from .widget import JobWidget, TextSummary, follow_in_background, gpu_text, make_view
-
-
-def _job_line(job: Job, status: JobStatus | None = None) -> str:
-    status = job.status() if status is None else status
-    spec = job.spec
-    created = time.strftime("%Y-%m-%d %H:%M", time.localtime(status.created or 0))
-    return (
-        f"{job.id:<24} {status.state:<10} {spec.workers:>3} workers  "
-        f"{spec.backend}/{spec.launcher}  {created}"
-    )
 
 
 def _shape(spec: JobSpec) -> str:
@@ -45,29 +31,7 @@ def _backend_text(spec: JobSpec) -> str:
 def _line_parser() -> MagicArgumentParser:
     parser = MagicArgumentParser(prog="%distributed", add_help=False)
     sub = parser.add_subparsers(dest="command", parser_class=MagicArgumentParser)
-    sub.add_parser("list", help="list every job")
-    bench_parser = sub.add_parser("bench", help="images/sec and scaling efficiency per backend")
-    bench.add_arguments(bench_parser)
-    pool = sub.add_parser("pool", help="list the warm pools (idle processes, memory)")
-    pool.add_argument("--clear", action="store_true", help="end every idle pooled process")
-    for name, text in (
-        ("status", "show a job's state and its processes"),
-        ("stop", "stop every process of a job"),
-        ("attach", "reconnect to a job: stream its output until it ends"),
-    ):
-        sub.add_parser(name, help=text).add_argument("job")
-    scale = sub.add_parser("scale", help="restart a job with N workers, from its checkpoint")
-    scale.add_argument("job")
-    scale.add_argument("workers", type=int)
-    clean = sub.add_parser("clean", help="remove finished jobs (never a running one)")
-    clean.add_argument("jobs", nargs="*", help="these jobs only (default: every finished job)")
-    clean.add_argument("--keep", type=int, default=0, help="keep the newest N finished jobs")
-    clean.add_argument(
-        "--older-than", type=float, default=None, metavar="DAYS", help="only jobs ended before"
-    )
-    logs = sub.add_parser("logs", help="print a job's logs")
-    logs.add_argument("job")
-    logs.add_argument("--rank", type=int, default=None, help="only this rank's log")
+    bench.add_arguments(commands.add_commands(sub)["bench"])
     return parser
 
 
@@ -83,39 +47,6 @@ def _bench(args: Any) -> list[bench.BenchRow]:
 
     display(SVG(bench.chart_svg(rows)))
     return rows
-
-
-def _clean(args: Any) -> None:
-    if args.keep < 0 or (args.older_than is not None and args.older_than < 0):
-        raise UsageError("%distributed clean: --keep and --older-than take numbers >= 0")
-    try:
-        removed = retention.clean(args.jobs, args.keep, args.older_than)
-    except (KeyError, ValueError) as exc:
-        raise UsageError(f"%distributed clean: {exc.args[0]}") from None
-    if removed:
-        print(f"removed {len(removed)} finished job(s): {', '.join(removed)}")
-    else:
-        print("no finished job to remove")
-
-
-def _print_pools(clear: bool) -> None:
-    from ..pool import client
-
-    if clear:
-        print(f"Asked {client.drain()} pool(s) to end their idle processes.")
-        return
-    pools = client.list_pools()
-    if not pools:
-        print("no warm pools (one fills after a job of the horovod, tf or ps backend ends)")
-    for info in pools:
-        print(
-            f"{info.name}: {info.kind} for {info.python}; keeper pid {info.keeper}; "
-            f"{len(info.idle)} idle, {len(info.starting)} starting, {len(info.claimed)} running "
-            f"a job; {info.memory_bytes / 2**20:.0f} MiB idle; ends after "
-            f"{info.idle_seconds:g} s unused"
-        )
-        if info.error:
-            print(f"  error: {info.error}")
 
 
 @magics_class
@@ -200,74 +131,14 @@ class DistributedMagics(Magics):
     def _line_command(self, line: str) -> Any:
         args = _line_parser().parse_argstring(line)
         if args.command is None:
-            raise UsageError(
-                "%distributed needs a command: "
-                "list, status, logs, stop, scale, attach, clean, pool or bench"
-            )
-        if args.command == "list":
-            jobs = Job.list()
-            print("\n".join(_job_line(j) for j in jobs) if jobs else "no jobs")
-            return None
-        if args.command == "pool":
-            _print_pools(clear=args.clear)
-            return None
+            raise UsageError(f"%distributed needs a command: {', '.join(commands.NAMES)}")
         if args.command == "bench":
             return _bench(args)
-        if args.command == "clean":
-            _clean(args)
-            return None
         try:
-            job = Job.attach(args.job)
-        except KeyError as exc:
-            raise UsageError(str(exc.args[0])) from None
-        if args.command == "status":
-            self._print_status(job)
-        elif args.command == "logs":
-            try:
-                print(job.logs(None if args.rank is None else ProcessId("worker", args.rank)))
-            except KeyError as exc:
-                raise UsageError(str(exc.args[0])) from None
-        elif args.command == "stop":
-            print(f"Job {job.id} {job.stop()}.")
-        elif args.command == "scale":
-            try:
-                job.scale(args.workers)
-            except (ValueError, OSError, RuntimeError) as exc:
-                raise UsageError(f"cannot scale {job.id}: {exc}") from None
-            print(f"Job {job.id}: scaling to {args.workers} workers {job.scaling_mode}.")
-        elif args.command == "attach":
-            return self._attach(job)
-        return None
-
-    @staticmethod
-    def _print_status(job: Job) -> None:
-        status = job.status()
-        print(_job_line(job, status))
-        if status.error:
-            print(f"error: {status.error}")
-        for p in [*status.processes, *status.helpers]:
-            code = "" if p.exit_code is None else f" (exit {p.exit_code})"
-            label, pid = str(p.id), p.pid or "-"
-            gpus = f"  gpu {','.join(p.gpus)}" if p.gpus else ""
-            gpus += f" ({gpu_text(p)})" if gpu_text(p) else ""
-            warm = "  (warm, from the pool)" if p.pooled else ""
-            print(f"  {label:<10} pid {pid:<8} {p.host:<12} {p.state}{code}{gpus}{warm}")
-
-    def _attach(self, job: Job) -> Job:
-        status = job.status()
-        print(f"Attached to job {job.id} ({status.state}).", flush=True)
-        view = make_view(job)  # rebuilt from the store: the whole history
-        if status.done:
-            view.refresh(force=True)
-        else:
-            try:  # an interrupt detaches: only the cell that started a job stops it
-                follow(job, view, from_start=False, stop_on_interrupt=False)
-            except KeyboardInterrupt:
-                print(f"Detached; job {job.id} goes on (`%distributed stop {job.id}` stops it).")
-            except JobFailed:
-                pass
-        self._print_status(job)
-        return job
+            _, value = commands.run(args, "%distributed", make_view, gpu_text)
+        except commands.CommandError as exc:
+            raise UsageError(str(exc)) from None
+        return value
 
 
 CELL_MAGIC = "%%distributed"

@@ -15,7 +15,8 @@ and gives its new lines so rendered, each with its process's label.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable
+from pathlib import Path
 
 from ..contract.process import ProcessId
 from ..contract.store import JobDir
@@ -114,17 +115,28 @@ class LogTail:
     """Follows every process log of a job: new complete lines, each prefixed by its label,
     as :class:`~jupyter_distrain.client.output.CellOutput` renders them."""
 
-    def __init__(self, job_dir: JobDir, from_start: bool = True, all_output: bool = False):
+    def __init__(
+        self,
+        job_dir: JobDir,
+        from_start: bool = True,
+        all_output: bool = False,
+        only: Collection[ProcessId] | None = None,
+    ):
         self.dir = job_dir
         self.output = CellOutput(all_output)
+        self.only = only
         self.readers: dict[ProcessId, LineReader] = {
-            process: LineReader(path, from_start=from_start)
-            for process, path in job_dir.log_files().items()
+            process: LineReader(path, from_start=from_start) for process, path in self._logs()
         }
+
+    def _logs(self) -> list[tuple[ProcessId, Path]]:
+        """The job's logs (``only`` these processes', when given)."""
+        logs = self.dir.log_files().items()
+        return [(p, path) for p, path in logs if self.only is None or p in self.only]
 
     def _current(self) -> list[tuple[ProcessId, LineReader]]:
         """A reader per log, in log order; a log that appeared since is read from its start."""
-        for process, path in self.dir.log_files().items():
+        for process, path in self._logs():
             if process not in self.readers:
                 self.readers[process] = LineReader(path)
         return sorted(self.readers.items())

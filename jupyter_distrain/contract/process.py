@@ -101,6 +101,8 @@ class Env:
     # the job store's retention rule (user settings; "inf" keeps everything)
     KEEP_JOBS = "JUPYTER_DISTRAIN_KEEP_JOBS"  # finished jobs kept, newest first (200)
     KEEP_DAYS = "JUPYTER_DISTRAIN_KEEP_DAYS"  # days a finished job is kept (30)
+    # how often the server extension tells Jupyter a job runs (user setting; "0": never)
+    ACTIVITY_SECONDS = "JUPYTER_DISTRAIN_ACTIVITY_SECONDS"
     # the descriptor of what a process is handed in memory (see handoff.py)
     HANDOFF_FD = "JUPYTER_DISTRAIN_HANDOFF_FD"
 

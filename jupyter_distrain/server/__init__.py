@@ -2,19 +2,63 @@
 
 Enabled by ``pip install`` (the ``jupyter-config`` data file); every route needs
 Jupyter's authentication, and its XSRF check for requests that change something.
+
+While a job of the user runs, the server counts as active (:func:`report_activity`),
+so that a JupyterHub idle culler does not stop it under a training job; the sidebar's
+polls of the routes do not count (the handlers' reads are not activity).
 """
 
 from __future__ import annotations
 
+import logging
+import os
+from collections.abc import MutableMapping
 from typing import Any
 
+from jupyter_server._tz import utcnow
+from tornado.ioloop import PeriodicCallback
+
+from ..contract.process import Env
+from ..contract.store import list_job_dirs
 from .handlers import routes
+
+log = logging.getLogger(__name__)
+
+# jupyter_server's ServerApp.last_activity() counts every setting whose name ends so
+ACTIVITY_SETTING = "distrain_last_activity"
+ACTIVITY_SECONDS = 60.0
+
+
+def report_activity(settings: MutableMapping[str, Any]) -> bool:
+    """Mark the server active now if a job runs (its supervisor holds the job's lock)."""
+    if not any(job_dir.supervisor_alive() for job_dir in list_job_dirs()):
+        return False
+    settings[ACTIVITY_SETTING] = utcnow()
+    return True
+
+
+def activity_seconds(environ: MutableMapping[str, str] = os.environ) -> float:
+    """``JUPYTER_DISTRAIN_ACTIVITY_SECONDS``: how often to look (0 turns it off)."""
+    text = environ.get(Env.ACTIVITY_SECONDS, "")
+    try:
+        seconds = float(text) if text else ACTIVITY_SECONDS
+    except ValueError:
+        log.warning("jupyter_distrain: %s=%r is not a number; using %g", Env.ACTIVITY_SECONDS,
+                    text, ACTIVITY_SECONDS)  # fmt: skip
+        return ACTIVITY_SECONDS
+    return max(0.0, seconds)
 
 
 def _load_jupyter_server_extension(server_app: Any) -> None:
-    """Register the handlers with the server's web application."""
+    """Register the handlers with the server's web application; report running jobs
+    as activity."""
     web_app = server_app.web_app
     web_app.add_handlers(".*$", routes(web_app.settings["base_url"]))
     server_app.log.info(
         "jupyter_distrain: jobs served under %sdistrain/", web_app.settings["base_url"]
     )
+    seconds = activity_seconds()
+    if seconds > 0:
+        reporter = PeriodicCallback(lambda: report_activity(web_app.settings), seconds * 1000)
+        reporter.start()
+        web_app.settings["distrain_activity_reporter"] = reporter

@@ -111,9 +111,15 @@ def _int_argument(handler: APIHandler, name: str, default: int, low: int, high: 
 
 
 class DistrainHandler(APIHandler):
-    """What every route of the extension shares: the resource it is authorized on."""
+    """What every route of the extension shares: the resource it is authorized on, and
+    that only requests changing something count as the user's activity (the sidebar
+    polls the reads; a running job is reported as activity on its own)."""
 
     auth_resource = AUTH_RESOURCE
+
+    @property
+    def _track_activity(self) -> bool:  # type: ignore[override]
+        return self.request.method not in ("GET", "HEAD")
 
 
 class JobsHandler(DistrainHandler):

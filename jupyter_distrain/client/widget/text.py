@@ -11,6 +11,20 @@ from ..job import Job
 from .model import JobModel
 
 
+def summary_line(model: JobModel) -> str:
+    """The job in one line: state, processes up, step (of the total: progress),
+    images/sec, ETA."""
+    done, eta = model.progress()
+    steps = [p.step or 0 for p in model.processes()]
+    return (
+        f"[{model.job.id}] {model.status.state}: {model.launch_progress()}, "
+        f"step {max(steps, default=0)}"
+        + (f"/{model.total_steps} ({done:.0%})" if model.total_steps else "")
+        + f", {model.aggregate_images_per_sec():,.0f} images/sec"
+        + (f", ETA {eta:.0f} s" if eta else "")
+    )
+
+
 class TextSummary:
     """The terminal's view: one line every few seconds, and one at the end."""
 
@@ -33,14 +47,8 @@ class TextSummary:
             if self._printed_final:
                 return
             self._printed_final = True
-        done, eta = self.model.progress()
-        steps = [p.step or 0 for p in self.model.processes()]
         print(
-            f"[{self.model.job.id}] {state}: {self.model.launch_progress()}, "
-            f"step {max(steps, default=0)}"
-            + (f"/{self.model.total_steps}" if self.model.total_steps else "")
-            + f", {self.model.aggregate_images_per_sec():,.0f} images/sec"
-            + (f", ETA {eta:.0f} s" if eta else ""),
+            summary_line(self.model),
             file=self.out,
             flush=True,
         )

@@ -21,7 +21,7 @@ from ..follow import follow
 from ..job import Job, JobFailed
 from . import render
 from .model import JobModel, process_of, row_of
-from .text import TextSummary
+from .text import TextSummary, summary_line
 
 MAX_REDRAWS_PER_SECOND = 4
 
@@ -122,11 +122,14 @@ class JobWidget(widgets.VBox):
                 self.display_handle.update(self)
 
     def _repr_mimebundle_(self, **kwargs: Any) -> dict[str, Any] | None:
-        """The widget's view, with a static HTML snapshot of the dashboard beside it:
-        what a notebook viewer without a kernel (a code host, nbviewer) shows."""
+        """The widget's view, with a static HTML snapshot of the dashboard beside it
+        (what a notebook viewer without a kernel, a code host or nbviewer shows) and
+        the job's summary line as its text (what ``jupyter console`` and text exports
+        show, instead of the widget's repr)."""
         bundle = super()._repr_mimebundle_(**kwargs)
         if bundle is not None:
             bundle["text/html"] = self.snapshot_html()
+            bundle["text/plain"] = summary_line(self.model)
         return bundle
 
     def snapshot_html(self) -> str:
