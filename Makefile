@@ -55,7 +55,7 @@ SECOND_RUN_ARGS := $(PYTEST_ARGS.current) tests/test_jax.py tests/test_ssh.py::t
   tests/test_pool.py::test_a_rerun_takes_pooled_processes_that_behave_like_fresh_workers \
   tests/test_pool.py::test_a_kind_whose_imports_leave_a_thread_running_is_not_pooled
 
-.PHONY: setup demo test test-ui lint clean
+.PHONY: setup demo lab test test-ui lint clean
 
 setup: $(STAMPS)/package
 
@@ -110,6 +110,10 @@ $(STAMPS)/package: $(STAMPS)/tensorflow-$(TF) $(HOROVOD.$(TF)) $(TORCH.$(WITH_TO
 
 demo: setup
 	$(PY) notebooks/run.py notebooks/01-quickstart.ipynb
+
+# JupyterLab on the notebooks, with the extension built and linked (--allow-root as root)
+lab: setup $(STAMPS)/labextension
+	$(VENV)/bin/jupyter lab --notebook-dir=notebooks $(if $(filter 0,$(shell id -u)),--allow-root)
 
 test: setup
 	$(VENV)/bin/ruff check jupyter_distrain tests benchmarks notebooks

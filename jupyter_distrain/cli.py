@@ -1,7 +1,7 @@
 """``jupyter-distrain`` (also ``jupyter distrain``): the jobs from a terminal, with no kernel.
 
 ``list | status JOB | logs JOB [--rank N] [--follow] | stop JOB | scale JOB N |
-attach JOB | pool [--clear] | clean | bench``: the same engine and messages as the
+attach JOB | pool [--clear] | clean | config | bench``: the same engine and messages as the
 ``%distributed`` line magic (:mod:`jupyter_distrain.client.commands`); ``attach`` shows
 the terminal's text view. Exit status: 0, 1 when the job shown failed, 2 for bad
 arguments or a refused command (no such job, a scale the job cannot take), 130 when
@@ -36,6 +36,7 @@ def parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
     try:
+        commands.settings()  # the config files' settings, for every command
         if args.command == "bench":
             return _bench(args)
         code, _ = commands.run(args, PROG, TextSummary, gpu_text)

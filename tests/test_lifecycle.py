@@ -161,6 +161,8 @@ def test_line_commands_list_status_logs_stop(kernel, jobs_root):
     assert not any(running(p) for p in job_pids(job)[:-2])  # not the warden and supervisor
     out = kernel.execute("%distributed status nosuchjob")
     assert out.error["ename"] == "UsageError" and "nosuchjob" in out.error["evalue"]
+    out = kernel.execute("%distributed config")
+    assert re.search(r"^stall_timeout +60\.0 +default$", out.stdout, re.M), out.stdout
 
 
 def test_the_display_text_is_the_job_summary_and_ends_with_its_final_state(kernel, jobs_root):

@@ -14,6 +14,7 @@ import threading
 from collections.abc import Mapping
 from typing import Any
 
+from .. import config
 from ..contract import retention
 from ..contract.cellcheck import check_syntax, imported_packages, keras_backend_set
 from ..contract.spec import JobSpec, SpecError
@@ -95,6 +96,10 @@ def submit(spec: JobSpec, namespace: Mapping[str, Any] | None = None) -> Job:
     """
     spec.validate()
     check_syntax(spec.code)
+    try:  # the config files' environment settings (pool, retention, jobs root)
+        config.apply()
+    except config.ConfigError as exc:
+        raise SpecError(str(exc)) from None
     try:
         launcher = load_plugin(LAUNCHERS, spec.launcher)
     except ValueError as exc:

@@ -17,6 +17,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from .. import config
 from ..contract import retention
 from ..contract.process import ProcessId
 from ..contract.status import JobStatus
@@ -29,11 +30,19 @@ EXIT_USAGE = 2  # bad arguments, no such job, a refused command
 EXIT_INTERRUPTED = 130  # Ctrl-C, as a shell reports SIGINT
 
 JOB_COMMANDS = ("status", "logs", "stop", "scale", "attach")
-NAMES = ("list", *JOB_COMMANDS, "clean", "pool", "bench")
+NAMES = ("list", *JOB_COMMANDS, "clean", "pool", "config", "bench")
 
 
 class CommandError(Exception):
     """A command refused, in one line for the user."""
+
+
+def settings() -> dict[str, config.Setting]:
+    """The effective settings, applied (a bad config file is a :class:`CommandError`)."""
+    try:
+        return config.apply()
+    except config.ConfigError as exc:
+        raise CommandError(str(exc)) from None
 
 
 def add_commands(sub: Any) -> dict[str, argparse.ArgumentParser]:
@@ -43,6 +52,9 @@ def add_commands(sub: Any) -> dict[str, argparse.ArgumentParser]:
     parsers["bench"] = sub.add_parser("bench", help="images/sec and scaling efficiency per backend")
     parsers["pool"] = sub.add_parser("pool", help="list the warm pools (idle processes, memory)")
     parsers["pool"].add_argument("--clear", action="store_true", help="end every idle process")
+    parsers["config"] = sub.add_parser(
+        "config", help="the effective settings and where each came from"
+    )
     for name, text in (
         ("status", "show a job's state and its processes"),
         ("stop", "stop every process of a job"),
@@ -183,6 +195,9 @@ def run(
         return EXIT_OK, None
     if args.command == "clean":
         clean(args, prog)
+        return EXIT_OK, None
+    if args.command == "config":
+        print(config.table(settings()))
         return EXIT_OK, None
     try:
         job = Job.attach(args.job)

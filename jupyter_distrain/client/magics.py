@@ -10,6 +10,7 @@ from IPython.core.error import UsageError
 from IPython.core.magic import Magics, line_cell_magic, magics_class
 from IPython.core.magic_arguments import MagicArgumentParser, magic_arguments, parse_argstring
 
+from .. import config
 from ..contract.cellcheck import elastic_warnings, undefined_names
 from ..contract.spec import JobSpec, SpecError
 from . import api, bench, commands
@@ -83,7 +84,13 @@ class DistributedMagics(Magics):
         return None
 
     def _start(self, line: str, cell: str) -> tuple[Job, Any, JobWidget | TextSummary]:
-        """Parse, check and submit; show the job's view."""
+        """Parse (the flags' defaults from the config files), check and submit; show the
+        job's view."""
+        try:
+            defaults = config.flag_defaults(commands.settings())
+        except commands.CommandError as exc:
+            raise UsageError(str(exc)) from None
+        self.distributed.parser.set_defaults(**defaults)
         args = parse_argstring(self.distributed, line)
         try:
             spec = spec_from_args(args, cell).validate()

@@ -18,6 +18,7 @@ from typing import Any
 from jupyter_server._tz import utcnow
 from tornado.ioloop import PeriodicCallback
 
+from .. import config
 from ..contract.process import Env
 from ..contract.store import list_job_dirs
 from .handlers import routes
@@ -53,6 +54,10 @@ def _load_jupyter_server_extension(server_app: Any) -> None:
     """Register the handlers with the server's web application; report running jobs
     as activity."""
     web_app = server_app.web_app
+    try:
+        config.apply()
+    except config.ConfigError as exc:
+        server_app.log.error("jupyter_distrain: %s", exc)
     web_app.add_handlers(".*$", routes(web_app.settings["base_url"]))
     server_app.log.info(
         "jupyter_distrain: jobs served under %sdistrain/", web_app.settings["base_url"]

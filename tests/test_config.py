@@ -1,0 +1,124 @@
+"""Settings in Jupyter's config files (``jupyter_distrain_config.py``/``.json`` in
+Jupyter's config directories): a flag's default and an
+environment setting set there, in the order flag > environment > file > default,
+shown by ``jupyter-distrain config`` with where each came from; a bad value or an
+unknown name is one line naming the file and the key, and nothing is launched."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from IPython.core.error import UsageError
+from IPython.core.interactiveshell import InteractiveShell
+
+from jupyter_distrain import config
+from jupyter_distrain.client import api
+from jupyter_distrain.client.magics import DistributedMagics
+from jupyter_distrain.contract.store import list_job_dirs
+
+CLI = str(Path(sys.executable).with_name("jupyter-distrain"))
+
+
+@pytest.fixture
+def config_dirs(tmp_path, monkeypatch):
+    """The user's config directory and an extra one (``$JUPYTER_CONFIG_PATH``, which
+    Jupyter ranks above the user's), both empty."""
+    user, extra = tmp_path / "user", tmp_path / "extra"
+    user.mkdir()
+    extra.mkdir()
+    monkeypatch.setenv("JUPYTER_CONFIG_DIR", str(user))
+    monkeypatch.setenv("JUPYTER_CONFIG_PATH", str(extra))
+    for name in ("JUPYTER_DISTRAIN_POOL_SIZE", "JUPYTER_DISTRAIN_KEEP_DAYS"):
+        monkeypatch.delenv(name, raising=False)
+    return user, extra
+
+
+def cli_config(env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [CLI, "config"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, **(env or {})},
+    )
+
+
+def rows(text: str) -> dict[str, tuple[str, str]]:
+    """``config``'s table: name -> (value, source)."""
+    table = {}
+    for line in text.splitlines():
+        name, value, source = line.split(maxsplit=2)
+        table[name] = (value, source)
+    return table
+
+
+def test_the_config_files_set_defaults_and_the_environment_overrides_them(config_dirs):
+    user, extra = config_dirs
+    (user / "jupyter_distrain_config.json").write_text(
+        json.dumps({"Distrain": {"stall_timeout": 300.0, "pool_size": 2, "keep_days": 7.0}})
+    )
+    (user / "jupyter_distrain_config.py").write_text("c.Distrain.pool_size = 3\n")  # over .json
+    (extra / "jupyter_distrain_config.py").write_text("c.Distrain.grace = 2.0\n")
+    shown = rows(cli_config({"JUPYTER_DISTRAIN_KEEP_DAYS": "9"}).stdout)
+    assert shown["stall_timeout"] == ("300.0", f"config file {user}/jupyter_distrain_config.json")
+    assert shown["pool_size"] == ("3", f"config file {user}/jupyter_distrain_config.py")
+    assert shown["grace"] == ("2.0", f"config file {extra}/jupyter_distrain_config.py")
+    assert shown["keep_days"] == ("'9'", "$JUPYTER_DISTRAIN_KEEP_DAYS")
+    assert shown["hang_timeout"] == ("120.0", "default")
+    environ: dict[str, str] = {}
+    config.apply(environ)  # what the magic, the server and submit() do
+    assert environ == {"JUPYTER_DISTRAIN_POOL_SIZE": "3", "JUPYTER_DISTRAIN_KEEP_DAYS": "7.0"}
+    (user / "jupyter_distrain_config.py").write_text("c.Distrain.pool_size = 4\n")
+    config.apply(environ)  # the next cell: the files as they are now
+    assert environ == {"JUPYTER_DISTRAIN_POOL_SIZE": "4", "JUPYTER_DISTRAIN_KEEP_DAYS": "7.0"}
+    (user / "jupyter_distrain_config.json").unlink()
+    environ["JUPYTER_DISTRAIN_POOL_SIZE"] = "6"  # the user's own: kept
+    config.apply(environ)
+    assert environ == {"JUPYTER_DISTRAIN_POOL_SIZE": "6"}
+
+
+def test_a_cell_takes_the_files_defaults_and_its_flags_win(config_dirs, monkeypatch):
+    user, _ = config_dirs
+    (user / "jupyter_distrain_config.py").write_text(
+        "c.Distrain.stall_timeout = 300.0\nc.Distrain.grace = 2.0\n"
+    )
+    submitted = []
+    monkeypatch.setattr(api, "submit", lambda spec, ns=None: submitted.append(spec) or 1 / 0)
+    magics = DistributedMagics(InteractiveShell.instance())
+    for line in ("--workers 2", "--workers 2 --stall-timeout 10"):
+        with pytest.raises(ZeroDivisionError):
+            magics._start(line, "pass\n")
+    assert [(s.stall_timeout, s.grace) for s in submitted] == [(300.0, 2.0), (10.0, 2.0)]
+    (user / "jupyter_distrain_config.py").unlink()  # the next cell has the defaults again
+    with pytest.raises(ZeroDivisionError):
+        magics._start("--workers 2", "pass\n")
+    assert submitted[-1].stall_timeout == 60.0
+
+
+@pytest.mark.parametrize(
+    ("text", "said"),
+    [
+        ('c.Distrain.stall_timeout = "soon"\n', "Distrain.stall_timeout: "),
+        ("c.Distrain.stall_timeot = 5.0\n", "Distrain.stall_timeot is not a setting"),
+        ("c.Distrain.pool_size = \n", "cannot be read"),
+    ],
+)
+def test_a_bad_config_file_is_one_line_naming_it_and_nothing_is_launched(
+    config_dirs, jobs_root, text, said
+):
+    user, _ = config_dirs
+    path = user / "jupyter_distrain_config.py"
+    path.write_text(text)
+    done = cli_config()
+    assert done.returncode == 2 and done.stdout == ""
+    assert len(done.stderr.splitlines()) == 1
+    assert done.stderr.startswith(f"jupyter-distrain: {path}: ") and said in done.stderr
+    magics = DistributedMagics(InteractiveShell.instance())
+    with pytest.raises(UsageError, match=said):
+        magics._start("--workers 2", "pass\n")
+    assert list_job_dirs(jobs_root) == []
