@@ -110,6 +110,31 @@ time.sleep(120)
 """
 
 
+LATE_MASTER = """\
+import os, time
+import torch.distributed as dist
+rank = int(os.environ["RANK"])
+if rank == 0:
+    time.sleep(1.0)  # rank 1 asks for the store first: refused
+    print(f"listening at {time.time():.3f}", flush=True)
+dist.init_process_group("gloo")
+if rank == 1:
+    print(f"joined at {time.time():.3f}", flush=True)
+dist.destroy_process_group()
+"""
+
+
+def test_a_rank_that_asks_for_the_store_first_joins_as_soon_as_rank_0_listens(jobs_root):
+    """torch's store client backs off (about half a second, with jitter) once refused;
+    the worker has init_process_group wait for rank 0's store instead (a cold job's
+    ranks reached their first step 0.5 s later before)."""
+    job = submit(JobSpec(code=LATE_MASTER, workers=2, backend="torch"))
+    assert job.wait(120) == "succeeded", job.status().error
+    listening = float(re.search(r"listening at ([\d.]+)", job.logs(ProcessId("worker", 0)))[1])
+    joined = float(re.search(r"joined at ([\d.]+)", job.logs(ProcessId("worker", 1)))[1])
+    assert 0 < joined - listening < 0.3
+
+
 def test_a_crashing_rank_fails_the_job_fast_with_its_traceback(jobs_root):
     job = submit(JobSpec(code=CRASHING, workers=2, backend="torch", grace=2))
     wait_for(lambda: job.done, 120, what="the job to end")

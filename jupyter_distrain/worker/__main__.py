@@ -212,6 +212,7 @@ def main() -> int:
         keras_hook.install()
         torch_hook.install()
     jax_hook.install()
+    torch_hook.install_store_wait()
     horovod_hook.install(
         elastic=bool(os.environ.get("HOROVOD_ELASTIC")),
         convert_horovod=os.environ.get(Env.HOROVOD_AUTOGRAPH) == "1",

@@ -11,9 +11,12 @@ the hook stops at its first such call. A step costs the hook a few microseconds.
 
 from __future__ import annotations
 
+import functools
+import os
+import socket
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any
 
@@ -22,6 +25,7 @@ from .patching import patch_on_import
 
 _state: dict[str, Any] = {"optimizer": None, "images": None, "quiet": 0}
 SETTLE_SECONDS = 0.1
+STORE_WAIT_SECONDS = 300.0
 
 
 @contextmanager
@@ -96,3 +100,45 @@ def settle() -> None:
     """
     if "torch.distributed" in sys.modules:
         time.sleep(SETTLE_SECONDS)
+
+
+def wait_for_store(environ: Mapping[str, str] = os.environ) -> None:
+    """On a rank other than 0: until rank 0's TCPStore (``MASTER_ADDR:MASTER_PORT``)
+    takes connections.
+
+    torch's store client, refused while rank 0 is still importing torch, backs off
+    (about half a second, with jitter) before it tries again: a cold job's ranks left
+    ``init_process_group`` 0.5 s after rank 0 was there. A plain connect every 10 ms
+    costs nothing rank 0 notices.
+    """
+    address, port = environ.get("MASTER_ADDR"), environ.get("MASTER_PORT")
+    if environ.get("RANK", "0") == "0" or not address or not port:
+        return
+    deadline = time.monotonic() + STORE_WAIT_SECONDS
+    while time.monotonic() < deadline:
+        try:
+            socket.create_connection((address, int(port)), timeout=1.0).close()
+            return
+        except OSError:
+            time.sleep(0.01)
+
+
+def _wait_in_init(module: Any) -> None:
+    if not hasattr(module, "init_process_group"):
+        return  # a torch built without distributed support
+    original = module.init_process_group
+
+    @functools.wraps(original)
+    def init_process_group(*args: Any, **kwargs: Any) -> Any:
+        from_env = len(args) < 2 and kwargs.get("init_method") in (None, "env://")
+        if from_env and kwargs.get("store") is None:
+            wait_for_store()
+        return original(*args, **kwargs)
+
+    module.init_process_group = module.distributed_c10d.init_process_group = init_process_group
+
+
+def install_store_wait() -> None:
+    """Have ``init_process_group`` from the environment (torchrun's variables) wait for
+    rank 0's store, when (if ever) the program imports ``torch.distributed``."""
+    patch_on_import("torch.distributed", _wait_in_init)
