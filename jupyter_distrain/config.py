@@ -73,7 +73,7 @@ class Setting:
 
     name: str
     value: Any
-    source: str  # "default", "config file PATH", "environment $NAME", "flag"
+    source: str  # "default", "config file PATH" or "$VARIABLE"
 
 
 # the variables apply() set in this process, from a file: theirs, not the environment's
@@ -92,13 +92,12 @@ def config_class() -> type:
     import traitlets
     from traitlets.config import Configurable
 
-    traits: dict[str, Any] = {}
-    for flag in _flags():
-        trait = getattr(traitlets, _TRAIT_OF_KIND[flag.kind])
-        traits[flag.dest] = trait(flag.default, allow_none=True, help=flag.help).tag(config=True)
-    for env in ENV_SETTINGS:
-        trait = getattr(traitlets, _TRAIT_OF_KIND[env.kind])
-        traits[env.name] = trait(env.default, allow_none=True, help=env.help).tag(config=True)
+    settings = [(f.dest, f.kind, f.default, f.help) for f in _flags()]
+    settings += [(e.name, e.kind, e.default, e.help) for e in ENV_SETTINGS]
+    traits = {}
+    for name, kind, default, text in settings:
+        trait = getattr(traitlets, _TRAIT_OF_KIND[kind])(default, allow_none=True, help=text)
+        traits[name] = trait.tag(config=True)
     return type(SECTION, (Configurable,), traits)
 
 
@@ -119,7 +118,14 @@ def config_files(paths: list[str] | None = None) -> list[Path]:
 
 
 def _load(path: Path) -> dict[str, Any]:
-    """The ``Distrain`` section of one file, checked against the traits."""
+    """The ``Distrain`` section of one file, checked against the traits (read again only
+    when the file changed: a cell, submit() and the CLI each ask)."""
+    stat = path.stat()
+    return _load_version(path, stat.st_mtime_ns, stat.st_size)
+
+
+@functools.lru_cache(maxsize=16)
+def _load_version(path: Path, mtime_ns: int, size: int) -> dict[str, Any]:
     from traitlets import TraitError
     from traitlets.config.loader import JSONFileConfigLoader, PyFileConfigLoader
 
@@ -130,13 +136,14 @@ def _load(path: Path) -> dict[str, Any]:
         raise ConfigError(f"{path}: cannot be read: {exc}") from None
     section = dict(config.get(SECTION, {}))
     cls = config_class()
+    traits, instance = cls.class_traits(), cls()
     for key, value in section.items():
-        if not cls.class_traits().get(key):
+        if key not in traits:
             raise ConfigError(
                 f"{path}: {SECTION}.{key} is not a setting (`jupyter-distrain config` lists them)"
             )
         try:
-            cls.class_traits()[key].validate(cls(), value)
+            traits[key].validate(instance, value)
         except TraitError as exc:
             text = str(exc).split("\n")[0]
             raise ConfigError(f"{path}: {SECTION}.{key}: {text}") from None
@@ -151,7 +158,7 @@ def effective(
     settings = {f.dest: Setting(f.dest, f.default, "default") for f in _flags()}
     settings |= {e.name: Setting(e.name, e.default, "default") for e in ENV_SETTINGS}
     for path in config_files(paths):
-        for key, value in _load(path).items():
+        for key, value in _load(path).items():  # the cached dict: read, never changed
             settings[key] = Setting(key, value, f"config file {path}")
     for env in ENV_SETTINGS:
         value = environ.get(env.variable)

@@ -230,7 +230,7 @@ def run(
 
 def _logs(job: Job, args: argparse.Namespace) -> int:
     process = None if args.rank is None else ProcessId("worker", args.rank)
-    if getattr(args, "follow", False):
+    if args.follow:
         if process is not None and not job.dir.log_file(process).exists():
             raise CommandError(f"job {job.id} has no log for worker {args.rank}")
         return EXIT_FAILED if follow_logs(job, args.rank) == "failed" else EXIT_OK
