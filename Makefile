@@ -55,6 +55,15 @@ SECOND_RUN_ARGS := $(PYTEST_ARGS.current) tests/test_jax.py tests/test_ssh.py::t
   tests/test_pool.py::test_a_rerun_takes_pooled_processes_that_behave_like_fresh_workers \
   tests/test_pool.py::test_a_kind_whose_imports_leave_a_thread_running_is_not_pooled
 
+# apt-get install $(1), the packages' own service starts held back while they install (a
+# temporary /usr/sbin/policy-rc.d, removed after, where none was there)
+held_install = held=; \
+	  [ -e /usr/sbin/policy-rc.d ] || { printf '\#!/bin/sh\nexit 101\n' | $(SUDO) tee /usr/sbin/policy-rc.d >/dev/null \
+	    && $(SUDO) chmod 755 /usr/sbin/policy-rc.d && held=1; }; \
+	  $(SUDO) apt-get update -q && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -q \
+	    --no-install-recommends $(1); code=$$?; \
+	  [ -z "$$held" ] || $(SUDO) rm -f /usr/sbin/policy-rc.d; exit $$code
+
 .PHONY: setup demo lab test test-ui lint clean
 
 setup: $(STAMPS)/package
@@ -67,12 +76,11 @@ $(STAMPS)/system:
 	        iproute2; }
 	@# openssh-server: the multi-host tests run Debian's sshd inside network namespaces; never
 	@# as a service here (the package's own start is held back while it installs)
-	@[ -x /usr/sbin/sshd ] || { held=; \
-	  [ -e /usr/sbin/policy-rc.d ] || { printf '#!/bin/sh\nexit 101\n' | $(SUDO) tee /usr/sbin/policy-rc.d >/dev/null \
-	    && $(SUDO) chmod 755 /usr/sbin/policy-rc.d && held=1; }; \
-	  $(SUDO) apt-get update -q && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -q \
-	    --no-install-recommends openssh-server; code=$$?; \
-	  [ -z "$$held" ] || $(SUDO) rm -f /usr/sbin/policy-rc.d; exit $$code; }
+	@[ -x /usr/sbin/sshd ] || { $(call held_install,openssh-server); }
+	@# Slurm (slurmctld, slurmd, their clients) and munge: the Slurm launcher's tests start
+	@# their own munged, slurmctld and slurmd "nodes" (tests/slurmcluster.py); never services
+	@[ -x /usr/sbin/slurmctld ] && [ -x /usr/sbin/slurmd ] && [ -x /usr/sbin/munged ] \
+	  || { $(call held_install,slurm-wlm slurmctld slurmd slurm-client munge); }
 	@$(PYTHON) -c 'import sys; assert sys.version_info >= (3, 11), "Python >= 3.11 is required"'
 	@# Debian's own python3 needs its venv and headers packages (Horovod compiles against them)
 	@$(PYTHON) -c 'import ensurepip, sysconfig, os; assert os.path.exists(sysconfig.get_paths()["include"] + "/Python.h")' 2>/dev/null \

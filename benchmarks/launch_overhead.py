@@ -277,7 +277,11 @@ def wait_for_pool(processes: int = 2, timeout: float = 120.0) -> None:
     raise RuntimeError("the warm pool did not fill")
 
 
-def run_distributed(shell, code: str, flags: str = "") -> tuple[float, float]:
+def run_distributed(
+    shell, code: str, flags: str = "", ran: list | None = None
+) -> tuple[float, float]:
+    """One ``%%distributed --workers 2`` run of ``code``: rank 0's time to its first step
+    and its steps/sec; the job is appended to ``ran`` when given."""
     from jupyter_distrain.client.job import Job
     from jupyter_distrain.contract.process import ProcessId
 
@@ -290,6 +294,8 @@ def run_distributed(shell, code: str, flags: str = "") -> tuple[float, float]:
         finally:
             sys.stdout = stdout
     assert isinstance(job, Job)
+    if ran is not None:
+        ran.append(job)
     first, rate = parse(job.dir.log_file(ProcessId("worker", 0)).read_text())
     return first - started, rate
 

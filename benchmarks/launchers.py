@@ -1,7 +1,10 @@
 """Launchers side by side: the same 2-worker Horovod Keras job through
 ``horovodrun --gloo -H`` over two ssh hosts, and through ``%%distributed`` on the local
-launcher, the ssh launcher (over the same hosts) and the Ray launcher (a two-node Ray
-cluster, one CPU per node, so the two slots land on both).
+launcher, the ssh launcher (over the same hosts), the Ray launcher (a two-node Ray
+cluster, one CPU per node, so the two slots land on both) and the Slurm launcher (the
+test suite's Slurm cluster: two slurmd nodes, ``--nodes 2``). The Slurm job's time in
+Slurm's queue (its ``allocation`` event) is left out of its time to first step and shown
+apart; horovodrun runs over the ssh hosts (the Slurm nodes run no sshd).
 
 The hosts are the test suite's (tests/multihost.py, tests/raycluster.py): network
 namespaces on this machine behind a bridge, each running Debian's sshd on port 2222, or
@@ -36,6 +39,7 @@ from launch_overhead import (  # noqa: E402
 )
 from multihost import SSH_PORT, SshCluster, ssh_cluster  # noqa: E402
 from raycluster import ray_cluster  # noqa: E402
+from slurmcluster import slurm_cluster  # noqa: E402
 
 INTERFACE = "jdeth0"  # the hosts' interface; the bridge gets the same name for horovodrun
 
@@ -58,6 +62,11 @@ def run_horovodrun(script: Path, cluster: SshCluster) -> tuple[float, float]:
     return first - started, rate
 
 
+def queue_seconds(job) -> float:
+    """How long the Slurm job's allocation waited in Slurm's queue."""
+    return sum(e["queued"] for e in job.dir.read_events() if e["event"] == "allocation")
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=5)
@@ -69,8 +78,15 @@ def main() -> int:
         bench_session(args.steps) as (tmp, code, script, shell),
         ssh_cluster(tmp / "hosts", bridge=INTERFACE) as cluster,
         ray_cluster(tmp / "ray") as ray,
+        slurm_cluster(tmp / "slurm") as slurm,
     ):
-        flags = {"local": "", "ssh": cluster.flags(), "ray": ray.flags()}
+        flags = {
+            "local": "",
+            "ssh": cluster.flags(),
+            "ray": ray.flags(),
+            "slurm": f"{slurm.flags()} --nodes 2",
+        }
+        queued: list[float] = []  # each Slurm run's seconds in the queue
         columns = ["horovodrun", *flags]
         results: dict[str, list[tuple[float, float]]] = {name: [] for name in columns}
         for i in range(args.rounds):
@@ -78,6 +94,11 @@ def main() -> int:
             for name in columns[shift:] + columns[:shift]:
                 if name == "horovodrun":
                     res = run_horovodrun(script, cluster)
+                elif name == "slurm":
+                    ran: list = []
+                    first, rate = run_distributed(shell, code, flags[name], ran)
+                    queued.append(queue_seconds(ran[0]))
+                    res = (first - queued[-1], rate)
                 else:
                     res = run_distributed(shell, code, flags[name])
                 results[name].append(res)
@@ -91,6 +112,9 @@ def main() -> int:
         first = statistics.median(r[0] for r in rs)
         rate = statistics.median(r[1] for r in rs)
         print(f"{name:<12}{first:>24.2f}{rate:>12.1f}")
+    print(
+        f"slurm: time in Slurm's queue (left out above), median {statistics.median(queued):.2f} s"
+    )
     for name in columns[1:]:
         pairs = list(zip(results[name], results["horovodrun"], strict=True))
         for label, column in (("time to first step", 0), ("steps/sec", 1)):

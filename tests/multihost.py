@@ -39,12 +39,8 @@ class SshHost:
         named = name_address or self.address
         hostname = hostname or self.name
         hosts_file.write_text(f"127.0.0.1 localhost\n{named} {hostname}\n")
-        script = (
-            f"hostname {hostname} && mount --bind {hosts_file} /etc/hosts && "
-            f"exec {SSHD} -D -e -f {self.config}"
-        )
         self.sshd = subprocess.Popen(
-            ["ip", "netns", "exec", self.name, "unshare", "--uts", "--mount", "sh", "-c", script],
+            as_host(self.name, hostname, hosts_file, [SSHD, "-D", "-e", "-f", str(self.config)]),
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
         )
@@ -109,15 +105,64 @@ class SshCluster:
         }
 
 
-def _kill_inside(namespace: str) -> None:
+def as_host(namespace: str | None, hostname: str, hosts_file: Path, argv: list[str]) -> list[str]:
+    """``argv`` run as a host named ``hostname`` (a UTS namespace) whose ``/etc/hosts`` is
+    ``hosts_file`` (a mount namespace), in network namespace ``namespace`` (None: this one)."""
+    script = f'hostname {hostname} && mount --bind {hosts_file} /etc/hosts && exec "$@"'
+    command = ["unshare", "--uts", "--mount", "sh", "-c", script, "sh", *argv]
+    return ["ip", "netns", "exec", namespace, *command] if namespace else command
+
+
+def namespace_pids(namespace: str) -> list[int]:
+    """The processes in network namespace ``namespace``."""
     pids = subprocess.run(["ip", "netns", "pids", namespace], capture_output=True, text=True)
-    for pid in pids.stdout.split():
+    return [int(pid) for pid in pids.stdout.split()]
+
+
+def _kill_inside(namespace: str) -> None:
+    for pid in namespace_pids(namespace):
         with contextlib.suppress(psutil.NoSuchProcess):
-            psutil.Process(int(pid)).kill()
+            psutil.Process(pid).kill()
 
 
 def _ip(*argv: str) -> None:
     subprocess.run(["ip", *argv], check=True, capture_output=True)
+
+
+def add_bridge(bridge: str, address: str) -> None:
+    """A bridge ``bridge`` holding ``address``/24 here (one left by an earlier run replaced)."""
+    with contextlib.suppress(subprocess.CalledProcessError):
+        _ip("link", "del", bridge)
+    _ip("link", "add", bridge, "type", "bridge")
+    _ip("addr", "add", f"{address}/24", "dev", bridge)
+    _ip("link", "set", bridge, "up")
+
+
+def remove_bridge(bridge: str) -> None:
+    with contextlib.suppress(subprocess.CalledProcessError):
+        _ip("link", "del", bridge)
+
+
+def add_namespace(name: str, address: str, bridge: str) -> None:
+    """Network namespace ``name`` with ``address``/24 on its ``jdeth0``, behind ``bridge``
+    (one left by an earlier run replaced)."""
+    with contextlib.suppress(subprocess.CalledProcessError):
+        _ip("netns", "del", name)
+    with contextlib.suppress(subprocess.CalledProcessError):
+        _ip("link", "del", f"v{name}")  # left by a run whose host outlived it
+    _ip("netns", "add", name)
+    _ip("link", "add", f"v{name}", "type", "veth", "peer", "name", "jdeth0", "netns", name)
+    _ip("link", "set", f"v{name}", "master", bridge, "up")
+    _ip("-n", name, "addr", "add", f"{address}/24", "dev", "jdeth0")
+    _ip("-n", name, "link", "set", "jdeth0", "up")
+    _ip("-n", name, "link", "set", "lo", "up")
+
+
+def remove_namespace(name: str) -> None:
+    """Kill what runs in network namespace ``name`` (it would keep it alive), delete it."""
+    _kill_inside(name)
+    with contextlib.suppress(subprocess.CalledProcessError):
+        _ip("netns", "del", name)
 
 
 def _keygen(path: Path) -> str:
@@ -162,12 +207,8 @@ def ssh_cluster(
     hosts = []
     made_bridge = False
     try:
-        with contextlib.suppress(subprocess.CalledProcessError):
-            _ip("link", "del", bridge)
-        _ip("link", "add", bridge, "type", "bridge")
+        add_bridge(bridge, DRIVER_ADDRESS)
         made_bridge = True
-        _ip("addr", "add", f"{DRIVER_ADDRESS}/24", "dev", bridge)
-        _ip("link", "set", bridge, "up")
         lines = []
         for i in range(1, count + 1):
             name = f"{prefix}{i}"
@@ -178,26 +219,14 @@ def ssh_cluster(
             key = _keygen(host.host_key)
             lines.append(f"[{host.address}]:{SSH_PORT} {' '.join(key.split()[:2])}")
             host.config.write_text(_sshd_config(host, home, authorized))
-            with contextlib.suppress(subprocess.CalledProcessError):
-                _ip("netns", "del", name)
-            with contextlib.suppress(subprocess.CalledProcessError):
-                _ip("link", "del", f"v{name}")  # left by a run whose host outlived it
-            _ip("netns", "add", name)
-            _ip("link", "add", f"v{name}", "type", "veth", "peer", "name", "jdeth0", "netns", name)
-            _ip("link", "set", f"v{name}", "master", bridge, "up")
-            _ip("-n", name, "addr", "add", f"{host.address}/24", "dev", "jdeth0")
-            _ip("-n", name, "link", "set", "jdeth0", "up")
-            _ip("-n", name, "link", "set", "lo", "up")
+            add_namespace(name, host.address, bridge)
             host.start_sshd()
         known_hosts.write_text("\n".join(lines) + "\n")
         yield SshCluster(hosts, identity, known_hosts)
     finally:
         for host in hosts:
             host.kill_sshd()
-            _kill_inside(host.name)  # a process left there would keep the namespace alive
-            with contextlib.suppress(subprocess.CalledProcessError):
-                _ip("netns", "del", host.name)
+            remove_namespace(host.name)
         if made_bridge:
-            with contextlib.suppress(subprocess.CalledProcessError):
-                _ip("link", "del", bridge)
+            remove_bridge(bridge)
         shutil.rmtree(base, ignore_errors=True)

@@ -333,22 +333,40 @@ def test_a_ray_address_that_does_not_answer_is_refused_at_submit(cluster, jobs_r
     ]
 
 
+def handed_job(**options: object) -> Job:
+    """A job that prints a pushed value and an --env value, then steps on and on."""
+    code = 'import os\nprint("pushed", pushed, os.environ["JD_TOKEN"], flush=True)\n' + ENDLESS
+    spec = JobSpec(
+        code=code,
+        workers=2,
+        backend="plain",
+        push=["pushed"],
+        env={"JD_TOKEN": "env-value-1234"},
+        **options,
+    )
+    return api.submit(spec, namespace={"pushed": "pushed-value-5678"})
+
+
+def assert_nothing_handed_is_in(directories: list[Path], job: Job) -> None:
+    """The job's files are in ``directories`` (its logs aside), and no file there holds
+    its secret, the pushed value or the --env value of :func:`handed_job`."""
+    on_nodes = {
+        path: path.read_bytes()
+        for directory in directories
+        for path in directory.rglob("*")
+        if path.is_file() and "logs" not in path.parts
+    }
+    assert {p.name for p in on_nodes} >= {"spec.json", "train.py"}
+    assert {p.name for p in on_nodes} & {"control", "push.pkl"} == set()
+    for secret in (job.dir.read_control().secret, "pushed-value-5678", "env-value-1234"):
+        assert [p for p, data in on_nodes.items() if secret.encode() in data] == []
+
+
 def test_stop_leaves_nothing_on_either_node(cluster, driver, jobs_root):
     """Also: what another job of the cluster (the same OS user) could read in a slot's
     directory holds neither the job's secret nor the pushed values nor the --env values:
     they are handed to each process in memory, and the job works with them."""
-    code = 'import os\nprint("pushed", pushed, os.environ["JD_TOKEN"], flush=True)\n' + ENDLESS
-    job = api.submit(
-        JobSpec(
-            code=code,
-            workers=2,
-            backend="plain",
-            push=["pushed"],
-            env={"JD_TOKEN": "env-value-1234"},
-            **cluster.options(),
-        ),
-        namespace={"pushed": "pushed-value-5678"},
-    )
+    job = handed_job(**cluster.options())
     deadline = time.monotonic() + 60
     while not all(
         job.dir.log_file(ProcessId("worker", i)).exists()
@@ -364,19 +382,9 @@ def test_stop_leaves_nothing_on_either_node(cluster, driver, jobs_root):
     assert {p.address for p in job.status().processes} == NODE_ADDRESSES
     assert len(leftovers(driver, job.id)) == 3  # the group and both actors, seen while alive
     assert "pushed pushed-value-5678 env-value-1234" in job.logs(ProcessId("worker", 1))
-    secret = job.dir.read_control().secret
     slots = node_dirs(cluster, job.id)
     assert len(slots) == 2
-    on_nodes = {
-        path: path.read_bytes()
-        for slot in slots
-        for path in slot.rglob("*")
-        if path.is_file() and "logs" not in path.parts
-    }
-    assert {p.name for p in on_nodes} >= {"spec.json", "train.py"}
-    assert {p.name for p in on_nodes} & {"control", "push.pkl"} == set()
-    for secret_text in (secret, "pushed-value-5678", "env-value-1234"):
-        assert [p for p, data in on_nodes.items() if secret_text.encode() in data] == []
+    assert_nothing_handed_is_in(slots, job)
     assert job.stop() == "stopped"
     assert wait_until_gone(job.id, 15) == []
     assert leftovers(driver, job.id) == []

@@ -86,6 +86,10 @@ class LaunchedProcess(ABC):
         return self.poll() is None
 
 
+class LaunchCancelled(RuntimeError):
+    """The job was asked to stop while its launcher waited to place it (a queue)."""
+
+
 _TYPE_WORDS = {str: "text", int: "a whole number", float: "a number", bool: "true or false"}
 
 
@@ -232,6 +236,12 @@ class Launcher(ABC):
         time, never by a bare pid); returns the pids stopped. By default: none."""
         return []
 
+    @classmethod
+    def release_lost(cls, job: JobDir) -> None:
+        """Release what a lost supervisor of ``job`` held outside this machine (a
+        cluster's allocation); its warden calls this once it has killed what was left
+        here. By default: nothing."""
+
     def sweep(self) -> None:  # noqa: B027
         """Kill whatever the job's processes left behind (grandchildren that escaped
         their process group, orphans), after the processes themselves are stopped."""
@@ -241,6 +251,23 @@ class Launcher(ABC):
 
     def close(self) -> None:  # noqa: B027
         """Release whatever the launcher holds (cgroups, connections)."""
+
+    def on_progress(self, reporter: Callable[[str], bool]) -> None:
+        """Where :meth:`progress` lines go: the supervisor's (shown at once, the launch's
+        ``--timeout`` counting from the last one; False once the job is asked to stop)."""
+        self.__dict__["_progress"] = reporter
+
+    def progress(self, text: str) -> bool:
+        """A line about a launch that waits (a job pending in a cluster's queue), while
+        :meth:`place` runs ("": no line, only the question); whether to go on waiting. A
+        launcher told to stop gives up by raising :class:`LaunchCancelled`. Without a
+        supervisor's hook: a warning."""
+        reporter = self.__dict__.get("_progress")
+        if reporter is None:
+            if text:
+                self.warn(text)
+            return True
+        return reporter(text)
 
     def warn(self, text: str) -> None:
         """A warning line for the user (what a host sent back and was refused, say): the

@@ -20,7 +20,7 @@ from ..contract.process import ProcessId
 from ..contract.status import FINAL_STATES, JobStatus
 from ..contract.store import JobDir
 from ..contract.tail import last_lines
-from ..launchers.base import LaunchedProcess, ProcessSpec
+from ..launchers.base import LaunchCancelled, LaunchedProcess, ProcessSpec
 from ..plugins import load_plugin
 from . import events as ev
 from .generation import Generation
@@ -192,11 +192,25 @@ class Supervisor:
         self.gen = Generation(
             number, self.spec, self.job, self.worker, self.inbox.post, self.plugins
         )
-        plan = self.gen.prepare()
+        self.gen.launcher.on_progress(self.launch_progress)
+        try:
+            plan = self.gen.prepare()
+        except LaunchCancelled:  # the stop asked meanwhile is next in the inbox
+            log.info("launch given up: a stop was asked while it waited")
+            return
         if self.isolation_warning and plan.ports:
             exposed = "; ".join(f"{what} on {_ports(p)}" for what, p in plan.ports.items())
             self.warn(f"{self.isolation_warning}: reachable from other hosts: {exposed}")
         self.save()
+
+    def launch_progress(self, text: str) -> bool:
+        """A launcher's line while it waits to place the job (a cluster's queue): shown at
+        once, and ``--timeout`` counts from it ("": no line); False once a stop was asked."""
+        if text:
+            self.warn(text)
+            self.startup.restart()
+            self.save()
+        return not self.inbox.stop_posted
 
     def start_next(self) -> None:
         """Start the next process of the launch (one per turn of the loop)."""

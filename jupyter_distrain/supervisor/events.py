@@ -89,8 +89,11 @@ class Inbox:
 
     def __init__(self) -> None:
         self._queue: queue.SimpleQueue[Any] = queue.SimpleQueue()
+        self.stop_posted = False  # a StopRequested was posted (a waiting launcher gives up)
 
     def post(self, event: Any) -> None:
+        if isinstance(event, StopRequested):
+            self.stop_posted = True  # a plain assignment: safe in a signal handler
         self._queue.put(event)
 
     def ask(self, event: Any, timeout: float) -> Any:

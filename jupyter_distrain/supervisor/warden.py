@@ -8,7 +8,8 @@ mpirun died with the supervisor, a grandchild that ``setsid``-ed) becomes the
 warden's child; the warden kills them all, and the job's pooled processes (children
 of the pool's keeper, not ours: found by pid and start time in the job's state), marks
 the job failed ("the
-supervisor was lost") with every live row killed, and exits. It holds no
+supervisor was lost") with every live row killed, and exits. What the job held
+elsewhere (a Slurm allocation) its launcher releases (``Launcher.release_lost``). It holds no
 socket, no lock and no thread: a few MiB of a freshly started interpreter.
 """
 
@@ -39,6 +40,7 @@ def watch(job: JobDir, supervisor: int) -> int:
     killed += kill_pooled(status)
     if status.done:
         return 0
+    release_lost(job)
     how = f"killed by signal {-code}" if code < 0 else f"exit code {code}"
     error = f"the supervisor was lost ({how}); every process of the job was stopped"
     log.error("%s (%d left behind)", error, len(killed))
@@ -48,6 +50,16 @@ def watch(job: JobDir, supervisor: int) -> int:
     except OSError as exc:  # a full disk, say: Job.status() still says the supervisor died
         log.error("cannot record the loss: %s", exc)
     return 1
+
+
+def release_lost(job: JobDir) -> None:
+    """The launcher's part of the clean-up (a Slurm allocation, say); logged if it fails."""
+    from ..plugins import LAUNCHERS, load_plugin
+
+    try:
+        load_plugin(LAUNCHERS, job.read_spec().launcher).release_lost(job)
+    except Exception:
+        log.exception("the launcher could not release what the lost supervisor held")
 
 
 def kill_pooled(status: JobStatus) -> list[int]:

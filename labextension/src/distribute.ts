@@ -35,7 +35,12 @@ const FIELDS: IField[] = [
   },
   { flag: 'workers', label: 'Workers', kind: 'number', placeholder: '1' },
   { flag: 'ps', label: 'Parameter servers', kind: 'number', placeholder: '0' },
-  { flag: 'launcher', label: 'Launcher', kind: 'select', options: ['local', 'ssh', 'ray'] },
+  {
+    flag: 'launcher',
+    label: 'Launcher',
+    kind: 'select',
+    options: ['local', 'ssh', 'ray', 'slurm']
+  },
   { flag: 'controller', label: 'Horovod controller', kind: 'select', options: ['gloo', 'mpi'] },
   { flag: 'hosts', label: 'Hosts', kind: 'text', placeholder: 'host:slots,host:slots' },
   { flag: 'cpu', label: 'CPU cores per worker', kind: 'text', placeholder: 'any' },

@@ -49,6 +49,13 @@ export const FLAGS: IFlag[] = [
   { name: 'remote-python', kind: 'str', default: '' },
   { name: 'network-interface', kind: 'str', default: '' },
   { name: 'address', kind: 'str', default: '' },
+  { name: 'partition', kind: 'str', default: '' },
+  { name: 'time', kind: 'str', default: '' },
+  { name: 'account', kind: 'str', default: '' },
+  { name: 'qos', kind: 'str', default: '' },
+  { name: 'nodes', kind: 'int', default: '0' },
+  { name: 'sbatch-options', kind: 'str', default: '' },
+  { name: 'queue-timeout', kind: 'float', default: '0' },
   { name: 'background', kind: 'bool', default: '' }
 ];
 

@@ -1,6 +1,7 @@
-"""The launchers' side of the host agent (:mod:`.host`): one client for both the ssh
-launcher (the agent's pipes are an ssh session's) and the Ray launcher (the pipes of
-the agent subprocess a slot's actor starts on its node).
+"""The launchers' side of the host agent (:mod:`.host`): one client for the ssh
+launcher (the agent's pipes are an ssh session's), the Ray launcher (the pipes of the
+agent subprocess a slot's actor starts on its node) and the Slurm launcher (a task's
+share of its srun step's streams); :class:`AgentProcess` is the handle they share.
 
 A :class:`AgentClient` writes command lines to the agent's stdin (the request first,
 then ``ping``, ``signal`` or ``kill``) and reads its stderr: marked report lines
@@ -27,6 +28,7 @@ from typing import IO, Any
 from ... import __version__
 from ...contract.control import CONTROL_FILE, ControlInfo
 from ...contract.handoff import Handoff
+from ..base import LaunchedProcess
 from .host import CARRIED, COPIED, HANDED, KILL, MARK, PING, PROTOCOL, SIGNAL
 
 EXIT_LOST = 255  # the agent ended without reporting an exit code (ssh's own failure code)
@@ -194,3 +196,25 @@ class AgentClient:
         """What the agent's stderr said besides its reports, on one line (``otherwise``
         when it said nothing)."""
         return "; ".join(e for e in self.errors if e) or otherwise
+
+
+class AgentProcess(LaunchedProcess):
+    """A process the host agent runs on another machine (an ssh session's, a Slurm
+    task's): its pid, start time and memory as :attr:`agent` reports them, and signals
+    sent to it through the agent."""
+
+    agent: AgentClient
+
+    @property
+    def pid(self) -> int:  # type: ignore[override]
+        return self.agent.pid
+
+    @property
+    def create_time(self) -> float | None:  # type: ignore[override]
+        return self.agent.create_time if self.agent.pid else None
+
+    def signal(self, sig: int, tree: bool = False) -> None:
+        self.agent.signal(sig, tree)
+
+    def memory_bytes(self) -> int:
+        return self.agent.rss

@@ -95,6 +95,13 @@ def _address_of(interface: str) -> str:
     return ""
 
 
+def route_source(host: str) -> str:
+    """This machine's address on the way to ``host`` (a UDP connect sends nothing)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
+        sock.connect((socket.gethostbyname(host), 9))
+        return sock.getsockname()[0]
+
+
 def free_ports(address: str, count: int) -> list[int]:
     """``count`` distinct free TCP ports on ``address``."""
     sockets = []

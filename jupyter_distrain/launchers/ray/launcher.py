@@ -35,7 +35,6 @@ import logging
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -51,7 +50,7 @@ from ...contract.private import runtime_dir
 from ...contract.spec import JobSpec, SpecError
 from ..agent.client import EXIT_LOST, handoff_of, job_files_archive, other_version
 from ..agent.delivery import Delivery, PulledStream, Received, one_line, result_slots
-from ..agent.host import PROTOCOL
+from ..agent.host import PROTOCOL, route_source
 from ..base import LaunchedProcess, Launcher, LauncherOption, ProcessSpec, Slot
 from ..isolation import private_network
 from ..limits import thread_env
@@ -119,13 +118,6 @@ def shortfall(bundle: dict[str, float], count: int, nodes: dict[str, dict[str, f
     if not reasons:
         reasons.append("no node has room for all of one slot's resources together")
     return f"{count} slots of {describe(bundle)}: " + "; ".join(reasons)
-
-
-def route_source(host: str) -> str:
-    """This machine's address on the way to ``host`` (a UDP connect sends nothing)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
-        sock.connect((socket.gethostbyname(host), 9))
-        return sock.getsockname()[0]
 
 
 # --- the pre-flight -----------------------------------------------------------------

@@ -7,11 +7,11 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
-from ..agent.client import HANG_UP_SECONDS, AgentClient
+from ..agent.client import HANG_UP_SECONDS, AgentClient, AgentProcess
 from ..base import LaunchedProcess
 
 
-class SshProcess(LaunchedProcess):
+class SshProcess(AgentProcess):
     """One process on a host (or a host's guard), run by the agent under its own ssh
     connection; :attr:`agent` talks to the agent over the connection's pipes."""
 
@@ -28,14 +28,6 @@ class SshProcess(LaunchedProcess):
         self.log_path = log_path
         self.agent = AgentClient(popen.stdin, popen.stderr, request)
         self._noted = False  # the log says the connection was lost
-
-    @property
-    def pid(self) -> int:  # type: ignore[override]
-        return self.agent.pid
-
-    @property
-    def create_time(self) -> float | None:  # type: ignore[override]
-        return self.agent.create_time if self.agent.pid else None
 
     def _code(self) -> int:
         self.agent.wait_ended(HANG_UP_SECONDS)
@@ -60,12 +52,6 @@ class SshProcess(LaunchedProcess):
         if self.popen.poll() is None:
             return None
         return self._code()
-
-    def signal(self, sig: int, tree: bool = False) -> None:
-        self.agent.signal(sig, tree)
-
-    def memory_bytes(self) -> int:
-        return self.agent.rss
 
     def hang_up(self) -> None:
         """End the connection (the agent then kills whatever is left on its host)."""
