@@ -14,8 +14,11 @@ from __future__ import annotations
 import argparse
 import shutil
 import sys
+from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
+from . import config
 from .client import bench, commands
 from .client.widget import TextSummary, gpu_text
 from .contract.spec import SpecError
@@ -23,20 +26,21 @@ from .contract.spec import SpecError
 PROG = "jupyter-distrain"
 
 
-def parser() -> argparse.ArgumentParser:
-    """Every command's arguments."""
+def parser(defaults: Mapping[str, Any] | None = None) -> argparse.ArgumentParser:
+    """Every command's arguments; ``defaults``: the flags' defaults from the config files
+    (``bench``'s launcher flags take them)."""
     top = argparse.ArgumentParser(prog=PROG, description=__doc__.split("\n")[0])
     sub = top.add_subparsers(dest="command", required=True, metavar="COMMAND")
     bench_parser = commands.add_commands(sub)["bench"]
-    bench.add_arguments(bench_parser)
+    bench.add_arguments(bench_parser, defaults)
     bench_parser.add_argument("--out", default=None, help="also copy the results here")
     return top
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = parser().parse_args(argv)
     try:
-        commands.settings()  # the config files' settings, for every command
+        settings = commands.settings()  # the config files' settings, for every command
+        args = parser(config.flag_defaults(settings)).parse_args(argv)
         if args.command == "bench":
             return _bench(args)
         code, _ = commands.run(args, PROG, TextSummary, gpu_text)
@@ -55,6 +59,9 @@ def _bench(args: argparse.Namespace) -> int:
         rows, results = bench.run(settings, progress=lambda line: print(line, flush=True))
     except SpecError as exc:
         raise commands.CommandError(f"{PROG} bench: {exc}") from None
+    except bench.BenchFailed as exc:
+        print(f"{PROG} bench: {exc}", file=sys.stderr)
+        return commands.EXIT_FAILED
     print(bench.table(rows))
     if args.out:
         out = Path(args.out)

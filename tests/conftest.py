@@ -67,7 +67,9 @@ class Kernel:
     def submit(self, code: str) -> str:
         return self.kc.execute(code)
 
-    def collect(self, msg_id: str, timeout: float = 240) -> CellOutput:
+    def collect(self, msg_id: str, timeout: float = 240, on_message=None) -> CellOutput:
+        """The cell's output until it ends; ``on_message(msg)`` sees each of its IOPub
+        messages as it arrives (a front-end's part: answering a widget's comm)."""
         out = CellOutput()
         deadline = time.monotonic() + timeout
         while True:
@@ -81,6 +83,8 @@ class Kernel:
             if msg["parent_header"].get("msg_id") != msg_id:
                 continue
             out.messages.append(msg)
+            if on_message is not None:
+                on_message(msg)
             kind, content = msg["msg_type"], msg["content"]
             if kind == "stream":
                 if content["name"] == "stdout":

@@ -23,6 +23,7 @@ from jupyter_distrain.contract.spec import SpecError
 from jupyter_distrain.contract.store import list_job_dirs
 
 TINY = {"image_size": 8, "width": 4, "blocks": 1, "batch_size": 8, "steps": 5, "epochs": 2}
+TINY_FLAGS = [f"--{name.replace('_', '-')}={value}" for name, value in TINY.items()]
 CLI = str(Path(sys.executable).with_name("jupyter-distrain"))
 
 
@@ -70,10 +71,9 @@ def test_synchronous_parameter_servers_are_benched_with_the_seeds_program(jobs_r
 
 @pytest.mark.horovod
 def test_the_command_line_benches_horovod_and_copies_the_results(jobs_root, tmp_path):
-    flags = [f"--{k.replace('_', '-')}={v}" for k, v in TINY.items()]
     out = tmp_path / "out"
     done = subprocess.run(
-        [CLI, "bench", "--workers", "2", "--backends", "horovod", *flags, "--out", str(out)],
+        [CLI, "bench", "--workers", "2", "--backends", "horovod", *TINY_FLAGS, "--out", str(out)],
         capture_output=True,
         text=True,
         timeout=300,
@@ -126,6 +126,21 @@ def test_bad_bench_settings_are_refused_before_anything_runs(jobs_root, flags, m
     assert list_job_dirs(jobs_root) == []
     with pytest.raises(SpecError):
         bench.BenchSettings(backends=[]).validate()
+
+
+def test_a_run_past_its_timeout_is_stopped_and_said_in_one_line(jobs_root):
+    """A run still going after ``--timeout`` seconds (TensorFlow alone takes longer to
+    import than 2 s) is stopped, and the bench ends with one line and status 1, not a
+    traceback with its job left running."""
+    flags = ["--workers", "1", "--backends", "tf", "--timeout", "2", *TINY_FLAGS]
+    done = subprocess.run([CLI, "bench", *flags], capture_output=True, text=True, timeout=120)
+    job = Job(list_job_dirs(jobs_root)[0])
+    assert done.returncode == 1, done.stderr
+    assert done.stderr == (
+        f"jupyter-distrain bench: bench run tf x1 ({job.id}) still running after 2 s "
+        "(--timeout): stopped\n"
+    )
+    assert job.state == "stopped"
 
 
 @pytest.mark.horovod

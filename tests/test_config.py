@@ -122,3 +122,24 @@ def test_a_bad_config_file_is_one_line_naming_it_and_nothing_is_launched(
     with pytest.raises(UsageError, match=said):
         magics._start("--workers 2", "pass\n")
     assert list_job_dirs(jobs_root) == []
+
+
+def test_bench_takes_its_launcher_flags_defaults_from_the_files_as_a_cell_does(
+    config_dirs, jobs_root
+):
+    """``jupyter-distrain bench`` and ``%distributed bench`` run on the launcher and hosts
+    the files set (here hosts the ssh launcher refuses at once, naming them), and a flag
+    still wins."""
+    user, _ = config_dirs
+    (user / "jupyter_distrain_config.py").write_text(
+        'c.Distrain.launcher = "ssh"\nc.Distrain.hosts = "nohost-a:0"\n'
+    )
+    bench = [CLI, "bench", "--workers", "1", "--backends", "tf", "--steps", "1", "--epochs", "2"]
+    for flags, host in (["--timeout", "10"], "nohost-a"), (["--hosts", "nohost-b:0"], "nohost-b"):
+        done = subprocess.run(bench + flags, capture_output=True, text=True, timeout=120)
+        assert done.returncode == 2, done.stdout + done.stderr
+        assert done.stderr.startswith(f"jupyter-distrain bench: --hosts: '{host}:0': ")
+    magics = DistributedMagics(InteractiveShell.instance())
+    with pytest.raises(UsageError, match="--hosts: 'nohost-a:0': "):
+        magics._line_command("bench --workers 1 --backends tf --steps 1 --epochs 2")
+    assert list_job_dirs(jobs_root) == []

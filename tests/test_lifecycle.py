@@ -13,7 +13,7 @@ import signal
 import time
 
 import pytest
-from conftest import job_pids, only_job, running, wait_for
+from conftest import CellOutput, job_pids, only_job, running, wait_for
 
 from jupyter_distrain.contract.process import ProcessId
 from jupyter_distrain.contract.store import list_job_dirs
@@ -53,6 +53,20 @@ def test_the_magic_line_expands_notebook_variables_as_ipython_does(kernel):
     assert out.error is None, out.error_text
     assert re.search(r"^Job expanded-\w+: 2 workers", out.stdout, re.M), out.stdout
     assert "[1] hi" in out.stdout
+
+
+def test_a_distributed_cell_is_complete_at_a_blank_line_as_every_cell_magic(kernel):
+    """A front-end that asks the kernel whether the input is complete (``jupyter
+    console``, qtconsole) must let a ``%%distributed`` cell go on past its first line."""
+    for code, status in [
+        ("%%distributed --workers 2", "incomplete"),
+        ("%%distributed --workers 2\nimport time", "incomplete"),
+        ("%%distributed --workers 2\nimport time\n\n", "complete"),
+    ]:
+        kernel.kc.is_complete(code)
+        reply = kernel.kc.get_shell_msg(timeout=30)
+        assert reply["msg_type"] == "is_complete_reply"
+        assert reply["content"]["status"] == status, code
 
 
 def test_undefined_names_are_warned_about(kernel):
@@ -180,6 +194,64 @@ def test_the_display_text_is_the_job_summary_and_ends_with_its_final_state(kerne
     assert texts["display_data"].startswith(f"[{job.id}] ")
     assert texts["update_display_data"].startswith(f"[{job.id}] succeeded: ")
     assert "Widget" not in "".join(texts.values())
+
+
+# a job of about 5 s that reports its steps: longer than the grace a front-end has to
+# count its view of the widget (client/widget/frontend.py)
+REPORTING_CELL = (
+    "%%distributed --workers 2 --backend plain\n"
+    "import time\n"
+    "from jupyter_distrain import report\n"
+    "for step in range(1, 13):\n"
+    "    time.sleep(0.4)\n"
+    "    report(step=step, images=32, total_steps=12)\n"
+)
+
+
+def display_texts(out: CellOutput, kind: str) -> list[str]:
+    """The ``text/plain`` of the cell's display messages of this kind, in order."""
+    return [m["content"]["data"]["text/plain"] for m in out.messages if m["msg_type"] == kind]
+
+
+def test_without_a_widget_front_end_the_display_and_the_stream_show_progress_as_it_runs(
+    kernel, jobs_root
+):
+    """A kernel client draws no widget, so no view is counted: the display's text is
+    updated while the job runs, and summary lines reach the cell's stream (what
+    ``jupyter console`` shows: it ignores display updates)."""
+    out = kernel.execute(REPORTING_CELL)
+    assert out.error is None, out.error_text
+    job = only_job(jobs_root)
+    updates = display_texts(out, "update_display_data")
+    running = [t for t in updates if re.match(rf"\[{job.id}\] running: 2/2 processes up, step ", t)]
+    assert len(running) >= 1, updates
+    assert updates[-1].startswith(f"[{job.id}] succeeded: ")
+    lines = [line for line in out.stdout.splitlines() if line.startswith(f"[{job.id}] ")]
+    assert any(" running: 2/2 processes up, step " in line for line in lines), out.stdout
+    assert lines[-1].startswith(f"[{job.id}] succeeded: ") and "step 12/12 (100%)" in lines[-1]
+
+
+def test_a_front_end_that_draws_the_widget_gets_no_periodic_display_update(kernel, jobs_root):
+    """A widget front-end counts its view (``_view_count``, as @jupyter-widgets/base does
+    when a view is shown); updating the display would re-create that view, so the display
+    is updated once, at the end, and no summary line is printed."""
+    views = []
+
+    def draw(msg: dict) -> None:  # what a widget front-end sends once it shows the view
+        data = msg["content"].get("data", {})
+        if msg["msg_type"] == "comm_open" and data.get("state", {}).get("_view_count") == 0:
+            views.append(msg["content"]["comm_id"])
+            update = {"method": "update", "state": {"_view_count": 1}, "buffer_paths": []}
+            content = {"comm_id": views[-1], "data": update}
+            kernel.kc.shell_channel.send(kernel.kc.session.msg("comm_msg", content))
+
+    out = kernel.collect(kernel.submit(REPORTING_CELL), on_message=draw)
+    assert out.error is None, out.error_text
+    job = only_job(jobs_root)
+    assert len(views) == 1
+    updates = display_texts(out, "update_display_data")
+    assert len(updates) == 1 and updates[0].startswith(f"[{job.id}] succeeded: "), updates
+    assert f"[{job.id}] " not in out.stdout
 
 
 def test_memory_limit_fails_the_job_naming_the_worker(kernel, jobs_root):

@@ -29,10 +29,20 @@ def _backend_text(spec: JobSpec) -> str:
     return f"horovod/{spec.controller}" if spec.backend == "horovod" else spec.backend
 
 
+def _flag_defaults() -> dict[str, Any]:
+    """The flags' defaults from the config files (a bad file is a UsageError)."""
+    try:
+        return config.flag_defaults(commands.settings())
+    except commands.CommandError as exc:
+        raise UsageError(str(exc)) from None
+
+
 def _line_parser() -> MagicArgumentParser:
+    """The line commands' arguments (bench's launcher flags: their defaults from the
+    config files, as the cell's)."""
     parser = MagicArgumentParser(prog="%distributed", add_help=False)
     sub = parser.add_subparsers(dest="command", parser_class=MagicArgumentParser)
-    bench.add_arguments(commands.add_commands(sub)["bench"])
+    bench.add_arguments(commands.add_commands(sub)["bench"], _flag_defaults())
     return parser
 
 
@@ -40,7 +50,7 @@ def _bench(args: Any) -> list[bench.BenchRow]:
     try:  # bad settings, or a launcher's pre-flight refusing the first run
         settings = bench.settings_from(args)
         rows, results = bench.run(settings, progress=lambda line: print(line, flush=True))
-    except SpecError as exc:
+    except (SpecError, bench.BenchFailed) as exc:  # one line, no traceback
         raise UsageError(str(exc)) from None
     print(bench.table(rows))
     print(f"Saved in {results} (results.csv, results.json, chart.svg).")
@@ -79,6 +89,8 @@ class DistributedMagics(Magics):
         if args.background:
             follow_in_background(job, view)
             return job
+        if isinstance(view, JobWidget):  # the kernel handles comm messages while this waits
+            view.keep_text_live(lines=True)
         await follow_async(job, view, all_output=args.all_output)
         self._bind_out(job)
         return None
@@ -86,11 +98,7 @@ class DistributedMagics(Magics):
     def _start(self, line: str, cell: str) -> tuple[Job, Any, JobWidget | TextSummary]:
         """Parse (the flags' defaults from the config files), check and submit; show the
         job's view."""
-        try:
-            defaults = config.flag_defaults(commands.settings())
-        except commands.CommandError as exc:
-            raise UsageError(str(exc)) from None
-        self.distributed.parser.set_defaults(**defaults)
+        self.distributed.parser.set_defaults(**_flag_defaults())
         args = parse_argstring(self.distributed, line)
         try:
             spec = spec_from_args(args, cell).validate()
@@ -171,6 +179,12 @@ def async_cell(lines: list[str]) -> list[str]:
         "await get_ipython().find_cell_magic('distributed').__self__.distributed_async("
         f"get_ipython().var_expand({arguments.strip()!r}), {body!r})\n"
     ]
+
+
+# IPython's check_complete (a kernel's is_complete) skips the transformers marked so: a
+# `%%` cell is complete at a blank line, and the await this one makes of it would end the
+# cell at its first line (`jupyter console` then ran the magic line alone, with no body)
+async_cell.has_side_effects = True  # type: ignore[attr-defined]
 
 
 def register(shell: Any) -> None:

@@ -20,12 +20,13 @@ table, chart and files; ``flags`` are the flags of ``%distributed bench`` and
 
 from .flags import add_arguments, settings_from
 from .report import BenchRow, chart_svg, save, table
-from .runner import label, run, run_one
+from .runner import BenchFailed, label, run, run_one
 from .settings import BACKENDS, PS_BACKENDS, BenchSettings
 
 __all__ = [
     "BACKENDS",
     "PS_BACKENDS",
+    "BenchFailed",
     "BenchRow",
     "BenchSettings",
     "add_arguments",

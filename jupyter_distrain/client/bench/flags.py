@@ -5,15 +5,19 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+from collections.abc import Mapping
 from typing import Any
 
 from ...contract.spec import SpecError
-from ..flags import add_launcher_arguments, launcher_options
+from ..flags import add_launcher_arguments, launcher_flags, launcher_options
 from .settings import BACKENDS, BenchSettings
 
 
-def add_arguments(parser: Any) -> None:
-    """The bench flags, shared by the magic and the command line."""
+def add_arguments(parser: Any, defaults: Mapping[str, Any] | None = None) -> None:
+    """The bench flags, shared by the magic and the command line. ``defaults``: the
+    ``%%distributed`` flags' defaults as the config files set them
+    (:func:`jupyter_distrain.config.flag_defaults`); the launcher flags take theirs from
+    them, as the cell's do."""
     parser.add_argument("--workers", type=int, default=2, help="worker counts 1..N (default 2)")
     parser.add_argument(
         "--backends",
@@ -32,6 +36,8 @@ def add_arguments(parser: Any) -> None:
     parser.add_argument("--launcher", default="local", help="local, ssh or ray")
     add_launcher_arguments(parser)
     parser.add_argument("--timeout", type=float, default=600.0, help="seconds per run")
+    launchers = {"launcher"} | {flag.dest for flag in launcher_flags()}
+    parser.set_defaults(**{k: v for k, v in (defaults or {}).items() if k in launchers})
 
 
 def settings_from(args: argparse.Namespace) -> BenchSettings:

@@ -12,6 +12,7 @@ from ...contract.process import ProcessId
 from ...contract.spec import JobSpec
 from ...contract.store import jobs_root
 from ..api import submit
+from ..job import JobFailed
 from .report import BenchRow, save
 from .settings import PS_BACKENDS, BenchSettings, framework_of
 
@@ -32,8 +33,14 @@ def label(backend: str, ps: int) -> str:
     return backend
 
 
+class BenchFailed(RuntimeError):
+    """A run that gave no images/sec: it failed, or ran past ``--timeout`` (and was
+    stopped). One line, naming the run and its job."""
+
+
 def run_one(settings: BenchSettings, backend: str, workers: int, ps: int) -> tuple[float, str]:
-    """Run one configuration as a job; its images/sec and the job id."""
+    """Run one configuration as a job; its images/sec and the job id. A run still going
+    after ``settings.timeout`` seconds is stopped; :class:`BenchFailed` says so."""
     spec = JobSpec(
         code=settings.program(backend),
         workers=workers,
@@ -44,11 +51,20 @@ def run_one(settings: BenchSettings, backend: str, workers: int, ps: int) -> tup
         **settings.launcher_options,
     )
     job = submit(spec)
-    state = job.wait(timeout=settings.timeout)
+    run = f"bench run {label(backend, ps)} x{workers} ({job.id})"
+    try:
+        state = job.wait(timeout=settings.timeout)
+    except TimeoutError:
+        state = job.stop()
+        raise BenchFailed(
+            f"{run} still running after {settings.timeout:g} s (--timeout): {state}"
+        ) from None
+    except JobFailed as exc:
+        raise BenchFailed(f"{run} failed: {exc.error} (its logs: logs {job.id})") from None
     reporter = _REPORTER.get(backend, ProcessId("chief", 0))
     match = _RATE.search(job.logs(reporter))
     if state != "succeeded" or match is None:
-        raise RuntimeError(f"bench run {label(backend, ps)} x{workers} ({job.id}) {state}")
+        raise BenchFailed(f"{run} {state}" + ("" if match else ": no images/sec in its log"))
     return float(match.group(1)), job.id
 
 

@@ -6,7 +6,8 @@ often: it reads only what was appended since the last call and redraws at most
 ``MAX_REDRAWS_PER_SECOND`` times a second.
 
 :mod:`.model` computes what is shown, :mod:`.render` turns it into HTML and SVG,
-:mod:`.view` is the widget (and picks the view), :mod:`.text` the terminal's summary.
+:mod:`.view` is the widget (and picks the view), :mod:`.text` the summary line and the
+terminal's view, :mod:`.frontend` the live text where a front-end draws no widgets.
 """
 
 from ...contract.status import aggregate_images_per_sec

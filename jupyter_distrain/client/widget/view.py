@@ -20,6 +20,7 @@ from ...contract.tail import last_lines
 from ..follow import follow
 from ..job import Job, JobFailed
 from . import render
+from .frontend import TextFallback
 from .model import JobModel, process_of, row_of
 from .text import TextSummary, summary_line
 
@@ -42,6 +43,7 @@ class JobWidget(widgets.VBox):
         self.model = JobModel(job)
         self._last_draw = 0.0
         self.display_handle: Any = None  # set by make_view; the final snapshot goes there
+        self.text_fallback: TextFallback | None = None  # set by keep_text_live
         self._snapshot_state = ""
         self.header = widgets.HTML()
         self.table = widgets.HTML()
@@ -79,9 +81,17 @@ class JobWidget(widgets.VBox):
                 self.message,
                 self.log_view,
             ],
-            **kwargs,
+            **{"_view_count": 0, **kwargs},  # front-ends count their views (frontend.py)
         )
         self.refresh(force=True)
+
+    def keep_text_live(self, lines: bool) -> None:
+        """Where no front-end draws this (displayed) widget, keep its display's text
+        current, and print progress lines to the cell's stream if ``lines``
+        (:class:`~.frontend.TextFallback`). Only for a follow during which the kernel
+        handles comm messages (an async cell's, a background thread's): the views are
+        counted through them."""
+        self.text_fallback = TextFallback(self, lines)
 
     # --- actions -----------------------------------------------------------------
     def _act(self, action: Any, **kwargs: Any) -> None:
@@ -116,6 +126,8 @@ class JobWidget(widgets.VBox):
         self.time_to_first_step = m.time_to_first_step()
         self._draw()
         self.redraws += 1
+        if self.text_fallback is not None:
+            self.text_fallback.tick()
         if self.job_state in FINAL_STATES and self._snapshot_state != self.job_state:
             self._snapshot_state = self.job_state
             if self.display_handle is not None:  # the output keeps the final dashboard
@@ -174,6 +186,7 @@ def follow_in_background(job: Job, view: JobWidget | TextSummary) -> None:
     """Keep a --background job's widget live until the job ends."""
     if isinstance(view, TextSummary):
         return
+    view.keep_text_live(lines=False)
 
     def watch() -> None:
         with contextlib.suppress(JobFailed):  # the widget shows the failure
