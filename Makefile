@@ -141,13 +141,20 @@ LABEXT_SRC := $(LABEXT)/package.json $(LABEXT)/yarn.lock \
               $(wildcard $(LABEXT)/src/*.ts $(LABEXT)/style/* $(LABEXT)/schema/*)
 # jlpm: JupyterLab's own yarn (no npm needed); the venv first on PATH for `jupyter labextension`
 JLPM        = PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(CURDIR)/$(VENV)/bin/jlpm
-NODE_OK    := node -e 'process.exit(parseInt(process.versions.node) < 18 ? 1 : 0)'
+# The extension is built with JupyterLab 4.5's tooling (@jupyterlab/builder 4.6 is not
+# released), as pip's isolated build of this package is (pyproject's build-system), in a
+# small venv of its own: `jupyter labextension build` refuses a builder older than the
+# JupyterLab it runs in, and the tests run the built extension in JupyterLab 4.6
+BUILD_VENV ?= .venv-build
+BUILD_JLPM  = PATH="$(CURDIR)/$(BUILD_VENV)/bin:$$PATH" $(CURDIR)/$(BUILD_VENV)/bin/jlpm
+NODE_OK    := node -e 'process.exit(parseInt(process.versions.node) < 20 ? 1 : 0)'
 
-# Node >= 18 builds the extension (Debian 12's own nodejs is 18; a newer one is kept)
+# Node >= 20: Playwright 1.64 (the UI tests) needs it; the apt source that gives
+# Node 20 (nodesource here) is kept, Debian 12's own nodejs (18) is too old for the tests
 $(STAMPS)/node: $(STAMPS)/system
 	@$(NODE_OK) 2>/dev/null || { $(SUDO) apt-get update -q && DEBIAN_FRONTEND=noninteractive \
 	  $(SUDO) apt-get install -y -q --no-install-recommends nodejs; }
-	@$(NODE_OK) || { echo "labextension/ needs Node.js >= 18, found $$(node --version)" >&2; exit 1; }
+	@$(NODE_OK) || { echo "labextension/ needs Node.js >= 20, found $$(node --version)" >&2; exit 1; }
 	@touch $@
 
 # Debian's Chromium runs the UI tests (never a browser downloaded by Playwright)
@@ -156,11 +163,16 @@ $(STAMPS)/chromium: $(STAMPS)/system
 	  $(SUDO) apt-get install -y -q --no-install-recommends chromium fonts-dejavu-core; }
 	@touch $@
 
+$(STAMPS)/build-venv: $(STAMPS)/system
+	$(PYTHON) -m venv $(BUILD_VENV)
+	$(BUILD_VENV)/bin/pip install -q "jupyterlab>=4.5.11,<4.6"
+	@touch $@
+
 # `pip install -e .` builds the extension when there is no build (hatch-jupyter-builder);
 # here it is rebuilt when a source changed, and the venv's copy linked to this build
-$(STAMPS)/labextension: $(STAMPS)/package $(STAMPS)/node $(LABEXT_SRC)
-	cd $(LABEXT) && $(JLPM) install && $(JLPM) build:prod
-	$(VENV)/bin/jupyter labextension develop --overwrite .
+$(STAMPS)/labextension: $(STAMPS)/package $(STAMPS)/node $(STAMPS)/build-venv $(LABEXT_SRC)
+	cd $(LABEXT) && $(BUILD_JLPM) install && $(BUILD_JLPM) build:prod
+	$(VENV)/bin/jupyter-builder develop --overwrite .
 	@touch $@
 
 $(STAMPS)/ui-tests: $(STAMPS)/node $(UI_TESTS)/package.json $(UI_TESTS)/yarn.lock
@@ -175,5 +187,5 @@ lint: setup
 	$(VENV)/bin/ruff check jupyter_distrain tests benchmarks notebooks
 
 clean:
-	rm -rf $(VENV) $(CURRENT_VENV)
+	rm -rf $(VENV) $(CURRENT_VENV) $(BUILD_VENV)
 	rm -rf $(LABEXT)/node_modules $(LABEXT)/lib $(UI_TESTS)/node_modules jupyter_distrain/labextension

@@ -155,11 +155,15 @@ export class DistributeForm extends Widget {
 
 /**
  * Ask for the flags of `cell` (a code cell) and write its `%%distributed` line; asked
- * again, with the message, while the magic would refuse them. Resolves whether written.
+ * again, with the message, while the magic would refuse them. A cell with no line yet
+ * starts from `defaults` (the `formDefaults` setting). Resolves whether written.
  */
-export async function distributeCell(cell: Cell): Promise<boolean> {
+export async function distributeCell(
+  cell: Cell,
+  defaults: IMagicLine = emptyLine()
+): Promise<boolean> {
   const source = cell.model.sharedModel.getSource();
-  let line = hasMagic(source) ? parseLine(source.split('\n', 1)[0]) : emptyLine();
+  let line = hasMagic(source) ? parseLine(source.split('\n', 1)[0]) : defaults;
   let error: string | null = null;
   for (;;) {
     const answer = await showDialog({

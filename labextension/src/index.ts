@@ -7,14 +7,16 @@ import { ILayoutRestorer, JupyterFrontEnd, JupyterFrontEndPlugin } from '@jupyte
 import { ICommandPalette } from '@jupyterlab/apputils';
 import { CodeCell } from '@jupyterlab/cells';
 import { INotebookTracker } from '@jupyterlab/notebook';
+import { ISettingRegistry } from '@jupyterlab/settingregistry';
 import { IStatusBar } from '@jupyterlab/statusbar';
 import { deleteIcon, LabIcon } from '@jupyterlab/ui-components';
 
 import { attach, removeFinished, scale, stop } from './actions';
 import { distributeCell } from './distribute';
+import { DefaultValue, emptyLine, IMagicLine, lineFromDefaults } from './magicline';
 import { logsPanel } from './logs';
 import { trackJobs } from './reattach';
-import { JobsModel } from './model';
+import { JobsModel, POLL_MS } from './model';
 import { JobsSidebar, REMOVE_FINISHED_LABEL } from './sidebar';
 import { JobsStatus } from './statusbar';
 
@@ -30,20 +32,54 @@ const icon = new LabIcon({
     '<path d="M11 8h2v3l5 4-1 1.6-5-4-5 4L6 15l5-4z"/></g></svg>'
 });
 
+const PLUGIN_ID = 'jupyter-distrain-labextension:plugin';
+
+/**
+ * Follow the extension's settings (schema/plugin.json; overrides.json sets them for a
+ * whole server): the poll interval of `model`, and the form's defaults through `setForm`.
+ */
+function followSettings(
+  registry: ISettingRegistry,
+  model: JobsModel,
+  setForm: (line: IMagicLine) => void
+): void {
+  const apply = (settings: ISettingRegistry.ISettings) => {
+    model.interval = (settings.composite.pollInterval as number) ?? POLL_MS;
+    const defaults = (settings.composite.formDefaults ?? {}) as { [name: string]: DefaultValue };
+    const { line, unknown } = lineFromDefaults(defaults);
+    if (unknown.length) {
+      console.warn(`jupyter-distrain: formDefaults names no flag of the magic: ${unknown}`);
+    }
+    setForm(line);
+  };
+  registry
+    .load(PLUGIN_ID)
+    .then(settings => {
+      apply(settings);
+      settings.changed.connect(apply);
+    })
+    .catch(reason => console.warn(`jupyter-distrain: settings not read: ${reason}`));
+}
+
 const plugin: JupyterFrontEndPlugin<void> = {
-  id: 'jupyter-distrain-labextension:plugin',
+  id: PLUGIN_ID,
   description: 'Distributed jobs: a sidebar, a status bar item and a Distribute cell... form',
   autoStart: true,
   requires: [INotebookTracker],
-  optional: [ICommandPalette, ILayoutRestorer, IStatusBar],
+  optional: [ICommandPalette, ILayoutRestorer, IStatusBar, ISettingRegistry],
   activate: (
     app: JupyterFrontEnd,
     tracker: INotebookTracker,
     palette: ICommandPalette | null,
     restorer: ILayoutRestorer | null,
-    statusBar: IStatusBar | null
+    statusBar: IStatusBar | null,
+    settingRegistry: ISettingRegistry | null
   ) => {
     const model = new JobsModel();
+    let formDefaults = emptyLine();
+    if (settingRegistry) {
+      followSettings(settingRegistry, model, line => (formDefaults = line));
+    }
     const after = (done: Promise<boolean>) =>
       void done.then(changed => (changed ? model.refresh() : undefined));
     const sidebar = new JobsSidebar(
@@ -103,7 +139,7 @@ const plugin: JupyterFrontEndPlugin<void> = {
       isEnabled: () => activeCodeCell() !== null,
       execute: async () => {
         const cell = activeCodeCell();
-        return cell ? distributeCell(cell) : false;
+        return cell ? distributeCell(cell, formDefaults) : false;
       }
     });
     palette?.addItem({ command: DISTRIBUTE_COMMAND, category: 'Notebook Cell Operations' });

@@ -75,6 +75,36 @@ export function emptyLine(): IMagicLine {
   return { values: {}, extra: [] };
 }
 
+/** A setting's value of a flag: text, a number, a switch, or lines (`--env`). */
+export type DefaultValue = string | number | boolean | string[];
+
+/**
+ * A new line from the form's defaults (the `formDefaults` setting, by flag name): each
+ * value as the line would hold it; the names that are no flag of the magic, returned
+ * apart so that they can be reported, are left out.
+ */
+export function lineFromDefaults(defaults: { [name: string]: DefaultValue }): {
+  line: IMagicLine;
+  unknown: string[];
+} {
+  const line = emptyLine();
+  const unknown: string[] = [];
+  for (const [name, value] of Object.entries(defaults)) {
+    const flag = BY_NAME.get(name.replace(/^-+/, ''));
+    if (!flag) {
+      unknown.push(name);
+    } else if (flag.kind === 'bool') {
+      line.values[flag.name] = value === true || value === 'true';
+    } else if (flag.kind === 'repeat') {
+      const lines = Array.isArray(value) ? value : String(value).split('\n');
+      line.values[flag.name] = lines.map(l => l.trim()).filter(l => l);
+    } else {
+      line.values[flag.name] = Array.isArray(value) ? value.join(',') : String(value);
+    }
+  }
+  return { line, unknown };
+}
+
 /** Whether `source` starts with the cell magic (not a longer magic name, not `?`). */
 export function hasMagic(source: string): boolean {
   const first = source.split('\n', 1)[0];

@@ -14,11 +14,11 @@ export const POLL_MS = 2000;
 const MAX_POLL_MS = 30000;
 
 export class JobsModel {
-  constructor() {
+  constructor(interval = POLL_MS) {
     this._poll = new Poll({
       auto: true,
       factory: () => this._refresh(),
-      frequency: { interval: POLL_MS, backoff: true, max: MAX_POLL_MS },
+      frequency: JobsModel._frequency(interval),
       name: 'jupyter-distrain:jobs',
       standby: 'when-hidden'
     });
@@ -49,6 +49,15 @@ export class JobsModel {
     return this._series.get(id)?.points ?? [];
   }
 
+  /** Milliseconds between polls (the `pollInterval` setting). */
+  get interval(): number {
+    return this._poll.frequency.interval;
+  }
+
+  set interval(ms: number) {
+    this._poll.frequency = JobsModel._frequency(ms);
+  }
+
   /** Poll now (after an action), rather than at the next tick. */
   refresh(): Promise<void> {
     return this._poll.refresh();
@@ -56,6 +65,10 @@ export class JobsModel {
 
   dispose(): void {
     this._poll.dispose();
+  }
+
+  private static _frequency(interval: number) {
+    return { interval, backoff: true, max: Math.max(MAX_POLL_MS, interval) };
   }
 
   private async _refresh(): Promise<void> {

@@ -1,10 +1,15 @@
 /**
  * Galata's Playwright configuration, with Debian's Chromium (never a downloaded
- * browser) and the server of start-server.sh.
+ * browser) and the server of start-server.sh: one Jupyter server under a JupyterHub
+ * user's base URL (/user/alice/) that serves both front-ends, JupyterLab (/lab, the
+ * `jupyterlab` project) and Notebook 7 (/tree and /notebooks, the `notebook` project).
  */
 const baseConfig = require('@jupyterlab/galata/lib/playwright-config');
 
 const port = process.env.UI_TESTS_PORT || '8917';
+// read by start-server.sh's server configuration and by tests/helpers.ts as well
+process.env.UI_TESTS_BASE_PATH = process.env.UI_TESTS_BASE_PATH || '/user/alice/';
+const server = `http://127.0.0.1:${port}${process.env.UI_TESTS_BASE_PATH}`;
 
 module.exports = {
   ...baseConfig,
@@ -15,14 +20,19 @@ module.exports = {
   reporter: [['list'], ['html', { open: 'never', outputFolder: 'playwright-report' }]],
   use: {
     ...baseConfig.use,
-    baseURL: `http://127.0.0.1:${port}`,
+    // Galata joins baseURL and appPath: no trailing slash here
+    baseURL: server.replace(/\/$/, ''),
     launchOptions: { executablePath: process.env.CHROMIUM || '/usr/bin/chromium' },
     trace: 'retain-on-failure',
     video: 'off'
   },
+  projects: [
+    { name: 'jupyterlab', testIgnore: /notebook7\.spec\.ts/ },
+    { name: 'notebook', testMatch: /notebook7\.spec\.ts/, use: { appPath: '' } }
+  ],
   webServer: {
     command: './start-server.sh',
-    url: `http://127.0.0.1:${port}/lab`,
+    url: `${server}lab`,
     timeout: 120 * 1000,
     reuseExistingServer: false,
     // SIGTERM, not Playwright's default SIGKILL: start-server.sh then stops any job

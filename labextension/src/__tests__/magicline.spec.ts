@@ -2,6 +2,7 @@ import {
   formatLine,
   hasMagic,
   lineError,
+  lineFromDefaults,
   parseLine,
   splitWords,
   withMagicLine
@@ -75,5 +76,29 @@ describe('hasMagic and withMagicLine', () => {
 describe('lineError', () => {
   it.each(cases)('%s', (args, message) => {
     expect(lineError(parseLine(args))).toBe(message);
+  });
+});
+
+describe('lineFromDefaults', () => {
+  it('turns the formDefaults setting into a line, leaving out what is no flag', () => {
+    const { line, unknown } = lineFromDefaults({
+      workers: 2,
+      launcher: 'ssh',
+      hosts: '10.0.0.5:2,10.0.0.6:2',
+      'no-pool': true,
+      env: ['A=1', ' B=2 '],
+      '--name': 'team',
+      colour: 'blue'
+    });
+    expect(unknown).toEqual(['colour']);
+    expect(formatLine(line)).toBe(
+      '%%distributed --workers 2 --launcher ssh --env A=1 --env B=2 --name team --no-pool --hosts 10.0.0.5:2,10.0.0.6:2'
+    );
+    expect(lineError(line)).toBeNull();
+  });
+
+  it('takes --env as text with one variable a line, and a switch written as text', () => {
+    const { line } = lineFromDefaults({ env: 'A=1\nB=2', background: 'true', 'all-output': false });
+    expect(line.values).toEqual({ env: ['A=1', 'B=2'], background: true, 'all-output': false });
   });
 });

@@ -4,10 +4,10 @@
  * line back into its fields.
  */
 
-import { expect, test } from '@jupyterlab/galata';
+import { expect } from '@jupyterlab/galata';
 import * as path from 'path';
 
-import { cellSource, openNotebook, SHOTS } from './helpers';
+import { SHOTS, cellSource, openNotebook, test } from './helpers';
 
 test('the form writes the magic line, refuses bad values and pre-fills', async ({
   page,

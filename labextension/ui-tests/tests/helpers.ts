@@ -1,20 +1,40 @@
 /** Shared steps of the UI tests: notebooks written through the contents API, the
  * job store read through the extension's REST API, processes checked on this machine. */
 
-import { IJupyterLabPageFixture } from '@jupyterlab/galata';
+import { IJupyterLabPageFixture, test as galataTest } from '@jupyterlab/galata';
 import { expect, Page } from '@playwright/test';
 import * as fs from 'fs';
 import * as path from 'path';
 
 export const SHOTS = path.join(__dirname, '..', 'test-results');
 
-/** A notebook in `dir` with these code cells, opened; the cells are not run. */
-export async function openNotebook(
-  page: IJupyterLabPageFixture,
-  dir: string,
-  name: string,
-  cells: string[]
-): Promise<void> {
+/** The server's base URL path, as a hub gives a user's server (playwright.config.js). */
+export const BASE_PATH = process.env.UI_TESTS_BASE_PATH || '/user/alice/';
+
+/** The extension's REST route `path` (e.g. `jobs`) under the server's base URL. */
+export function distrainRoute(path: string): string {
+  return `${BASE_PATH}distrain/${path}`;
+}
+
+/**
+ * Galata's fixtures, with the test's folder made under the server's base URL: Galata's
+ * own `tmpPath` asks the server's root (`/api/contents`) when a hub's base URL is set.
+ * The server deletes a folder with its files (always_delete_dir).
+ */
+export const test = galataTest.extend({
+  tmpPath: async ({ request }, use, testInfo) => {
+    const folder = path.basename(testInfo.outputDir).replace(/-retry\d+$/i, '');
+    const url = `${BASE_PATH}api/contents/${folder}`;
+    await request.delete(url);
+    const made = await request.put(url, { data: { type: 'directory' } });
+    expect(made.status()).toBe(201);
+    await use(folder);
+    await request.delete(url);
+  }
+});
+
+/** A Python 3 notebook of these code cells (not run), as its file's text. */
+export function notebookContent(cells: string[]): string {
   const notebook = {
     cells: cells.map(source => ({
       cell_type: 'code',
@@ -29,8 +49,18 @@ export async function openNotebook(
     nbformat: 4,
     nbformat_minor: 5
   };
+  return JSON.stringify(notebook);
+}
+
+/** A notebook in `dir` with these code cells, opened; the cells are not run. */
+export async function openNotebook(
+  page: IJupyterLabPageFixture,
+  dir: string,
+  name: string,
+  cells: string[]
+): Promise<void> {
   const file = `${dir}/${name}`;
-  expect(await page.contents.uploadContent(JSON.stringify(notebook), 'text', file)).toBe(true);
+  expect(await page.contents.uploadContent(notebookContent(cells), 'text', file)).toBe(true);
   expect(await page.notebook.openByPath(file)).toBe(true);
   await page.notebook.activate(name);
   await page.waitForSelector('.jp-Notebook-ExecutionIndicator[data-status="idle"]', {
@@ -53,7 +83,7 @@ export interface IJobModel {
 }
 
 export async function listJobs(page: Page): Promise<IJobModel[]> {
-  const response = await page.request.get('/distrain/jobs');
+  const response = await page.request.get(distrainRoute('jobs'));
   expect(response.ok()).toBe(true);
   return (await response.json()).jobs;
 }

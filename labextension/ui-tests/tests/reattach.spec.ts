@@ -3,9 +3,9 @@
  * JupyterLab offers to reattach to it while it runs.
  */
 
-import { expect, test } from '@jupyterlab/galata';
+import { expect } from '@jupyterlab/galata';
 
-import { cellSource, jobNamed, openNotebook } from './helpers';
+import { cellSource, distrainRoute, jobNamed, openNotebook, test } from './helpers';
 
 const LOOP = `%%distributed --workers 2 --backend plain --grace 1 --name ui-reattach --background
 import time
@@ -36,7 +36,7 @@ test('a reloaded notebook offers to reattach to its running job', async ({ page,
   await reattach.click();
   expect(await cellSource(page, 2)).toBe(`%distributed attach ${job.id}`);
 
-  const stopped = await page.request.delete(`/distrain/jobs/${job.id}`);
+  const stopped = await page.request.delete(distrainRoute(`jobs/${job.id}`));
   expect(stopped.status()).toBe(202);
   await expect
     .poll(async () => (await jobNamed(page, 'ui-reattach')).state, { timeout: 30000 })

@@ -5,17 +5,18 @@
  * header while a running one stays.
  */
 
-import { expect, test } from '@jupyterlab/galata';
+import { expect } from '@jupyterlab/galata';
 import * as path from 'path';
 
 import {
+  SHOTS,
   alive,
   cellSource,
   jobNamed,
   listJobs,
   openNotebook,
   processesMentioning,
-  SHOTS
+  test
 } from './helpers';
 
 // runs until asked to checkpoint (a scale), then exits for the restart with N workers

@@ -1,9 +1,9 @@
 /** A %%distributed cell shows the live widget: one row per worker, while it runs. */
 
-import { expect, test } from '@jupyterlab/galata';
+import { expect } from '@jupyterlab/galata';
 import * as path from 'path';
 
-import { openNotebook, SHOTS } from './helpers';
+import { SHOTS, openNotebook, test } from './helpers';
 
 const TRAIN = `%%distributed --workers 2 --backend plain --name ui-widget
 import time
@@ -20,11 +20,17 @@ test('a %%distributed cell renders the live widget', async ({ page, tmpPath }) =
   const keyword = (await page.notebook.getCellLocator(1))!
     .locator('.cm-line span', { hasText: /^import$/ })
     .first();
-  const keywordColour = await page.evaluate(() =>
-    getComputedStyle(document.body).getPropertyValue('--jp-mirror-editor-keyword-color').trim()
-  );
-  expect(keywordColour).toBe('#008000');
-  await expect(keyword).toHaveCSS('color', 'rgb(0, 128, 0)');
+  // the theme's keyword colour, resolved (JupyterLab 4.5 writes it '#008000', 4.6 'green')
+  const keywordColour = await page.evaluate(() => {
+    const probe = document.createElement('span');
+    probe.style.color = 'var(--jp-mirror-editor-keyword-color)';
+    document.body.appendChild(probe);
+    const colour = getComputedStyle(probe).color;
+    probe.remove();
+    return colour;
+  });
+  expect(keywordColour).toBe('rgb(0, 128, 0)');
+  await expect(keyword).toHaveCSS('color', keywordColour);
 
   await page.notebook.runCell(0, true);
   await page.notebook.selectCells(1);
@@ -36,6 +42,42 @@ test('a %%distributed cell renders the live widget', async ({ page, tmpPath }) =
   await expect(output.locator('svg').first()).toBeVisible({ timeout: 30000 });
   await page.waitForTimeout(2000); // a few steps on the chart
   await output.screenshot({ path: path.join(SHOTS, 'widget.png') });
+  await expect(workers.filter({ hasText: /succeeded|exited/ })).toHaveCount(2, {
+    timeout: 60000
+  });
+});
+
+const LONGER = `%%distributed --workers 2 --backend plain --name ui-view
+import time
+from jupyter_distrain import report
+for step in range(1, 151):
+    time.sleep(0.1)
+    report(step=step, images=32, seconds=0.1, total_steps=150)
+`;
+
+test('the widget is drawn once while its job runs (no display update re-creates it)', async ({
+  page,
+  tmpPath
+}) => {
+  // JupyterLab counts the view (_view_count), so the kernel keeps the display as it is
+  // until the end; an update of the display would replace the widget's view (and its node)
+  test.setTimeout(120000);
+  await openNotebook(page, tmpPath, 'view.ipynb', ['%load_ext jupyter_distrain', LONGER]);
+  await page.notebook.runCell(0, true);
+  await page.notebook.selectCells(1);
+  await page.keyboard.press('Control+Enter');
+  const output = (await page.notebook.getCellLocator(1))!.locator('.jp-OutputArea');
+  const workers = output.locator('table tr', { has: page.locator('td', { hasText: /^worker$/ }) });
+  await expect(workers.filter({ hasText: 'running' })).toHaveCount(2, { timeout: 60000 });
+  await output
+    .locator('.widget-vbox')
+    .first()
+    .evaluate(node => node.setAttribute('data-first-view', 'yes'));
+  // past the kernel's grace for counting views (2 s) and two of its text updates (3 s)
+  await page.waitForTimeout(8000);
+  await expect(workers.filter({ hasText: 'running' })).toHaveCount(2); // still running
+  await expect(output.locator('.widget-vbox[data-first-view="yes"]')).toHaveCount(1);
+  await expect(output.locator('.widget-vbox')).toHaveCount(1);
   await expect(workers.filter({ hasText: /succeeded|exited/ })).toHaveCount(2, {
     timeout: 60000
   });
