@@ -32,6 +32,7 @@ import base64
 import contextlib
 import dataclasses
 import getpass
+import json
 import logging
 import math
 import os
@@ -46,7 +47,14 @@ from ...contract.cellcheck import uses_horovod_elastic
 from ...contract.process import Env
 from ...contract.spec import JobSpec, SpecError
 from ...contract.store import JobDir
-from ..agent.client import HANG_UP_SECONDS, handoff_of, job_files_archive, other_version
+from ..agent.client import (
+    HANG_UP_SECONDS,
+    handoff_of,
+    job_files_archive,
+    live_job_ids,
+    notebook_id,
+    other_version,
+)
 from ..agent.delivery import Delivery, PulledStream, one_line, result_slots
 from ..agent.host import PROTOCOL
 from ..base import LaunchedProcess, Launcher, LauncherOption, ProcessSpec, Slot, in_range, matching
@@ -60,7 +68,7 @@ from .cluster import (
     slurm,
 )
 from .step import SlurmProcess, Step
-from .task import ALL, FILES, REMOVE, SEND
+from .task import ALL, FILES, REMOVE, SEND, SWEEP
 
 log = logging.getLogger(__name__)
 
@@ -236,6 +244,9 @@ class SlurmLauncher(Launcher):
             pool = self._free_ports.setdefault(address, [])
             pool.extend(p for p in info["ports"] if p not in pool)
             seen[address] += 1
+        root = self.job.path.parent
+        claims = {"notebook": notebook_id(root), "live": live_job_ids(root)}
+        self.step.send(ALL, SWEEP, json.dumps(claims).encode())
         files = base64.b64encode(job_files_archive(self.job.path, in_memory=True))
         self.step.send(ALL, FILES, files)
         self._handoff = handoff_of(self.job.path)

@@ -6,6 +6,10 @@ same stdin (srun hands each task a copy of what the supervisor writes), so every
 names whom it is for: ``TARGET KIND [PAYLOAD]``, ``TARGET`` a task's number
 (``SLURM_PROCID``) or ``*`` for all:
 
+- ``sweep JSON``: ``{"notebook": ID, "live": [JOB, ...]}``: this task's directory will
+  be marked as that notebook's, and the directories that notebook's other jobs left on
+  this node (a job whose supervisor was killed with the tasks, or whose node was lost)
+  are removed with any process of theirs still running here, unless the job is live;
 - ``files B64``: the job's files (a tar, :func:`..agent.client.job_files_archive`),
   extracted into this task's private directory ``ROOT/task<N>`` (0700);
 - ``agent LINE``: a line for the host agent (:mod:`..agent.host`), which the first
@@ -32,6 +36,7 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import json
 import os
 import signal
 import socket
@@ -46,6 +51,7 @@ from ..agent import host as agent_host
 
 ALL = "*"
 FILES, AGENT, HANG_UP, SEND, REMOVE = "files", "agent", "hangup", "send", "remove"
+SWEEP = "sweep"
 DESCRIBE, CHUNK, SENT, AGENT_END, END = "describe", "chunk", "sent", "agent_end", "task_end"
 SEND_BYTES = 48 * 1024  # raw bytes per ``chunk`` line (base64 makes them a third longer)
 HANG_UP_SECONDS = 5.0  # for the agent to end once hung up on
@@ -96,6 +102,7 @@ class Task:
         self.agent: subprocess.Popen[bytes] | None = None
         self.watcher: threading.Thread | None = None
         self.sent = False  # asked to send its results back (then removed when told)
+        self.owner = ""  # the notebook whose job this is (:data:`SWEEP`)
 
     def describe(self, driver: str, ports: int) -> None:
         address = agent_host.route_source(driver)
@@ -116,9 +123,13 @@ class Task:
 
     def handle(self, kind: str, payload: bytes) -> None:
         """One command for this task."""
-        if kind == FILES:
+        if kind == SWEEP:
+            claims = json.loads(payload)
+            self.owner = str(claims["notebook"])
+            self.sweep({str(job) for job in claims["live"]})
+        elif kind == FILES:
             agent_host.make_private_dir(self.directory.parent.parent)
-            agent_host.unpack(self.directory, base64.b64decode(payload))
+            agent_host.unpack(self.directory, base64.b64decode(payload), self.owner)
         elif kind == AGENT:
             self._to_agent(payload)
         elif kind == HANG_UP:
@@ -135,6 +146,22 @@ class Task:
                 agent_host.report(**{SENT: f"{type(exc).__name__}: {exc}"})
         elif kind == REMOVE:
             agent_host.remove(self.directory)
+
+    def sweep(self, live: set[str]) -> None:
+        """Remove the task directories this task's notebook left here for jobs not in
+        ``live`` (and kill what of theirs still runs on this node). Those of other
+        notebooks, or not marked, stay; the tasks of a step may race: what one removed
+        the others skip."""
+        root = self.directory.parent.parent
+        with contextlib.suppress(OSError):
+            for job in sorted(root.iterdir()):
+                if job.name in live or job == self.directory.parent or job.is_symlink():
+                    continue
+                with contextlib.suppress(OSError):
+                    for task in sorted(job.iterdir()):
+                        if self.owner and agent_host.owner_of(task) == self.owner:
+                            agent_host.kill_job_processes(task)
+                            agent_host.remove(task)
 
     def _to_agent(self, line: bytes) -> None:
         if self.agent is None:
