@@ -119,7 +119,8 @@ def namespace_pids(namespace: str) -> list[int]:
     return [int(pid) for pid in pids.stdout.split()]
 
 
-def _kill_inside(namespace: str) -> None:
+def kill_inside(namespace: str) -> None:
+    """SIGKILL every process in network namespace ``namespace``."""
     for pid in namespace_pids(namespace):
         with contextlib.suppress(psutil.NoSuchProcess):
             psutil.Process(pid).kill()
@@ -160,7 +161,7 @@ def add_namespace(name: str, address: str, bridge: str) -> None:
 
 def remove_namespace(name: str) -> None:
     """Kill what runs in network namespace ``name`` (it would keep it alive), delete it."""
-    _kill_inside(name)
+    kill_inside(name)
     with contextlib.suppress(subprocess.CalledProcessError):
         _ip("netns", "del", name)
 

@@ -29,6 +29,7 @@ from multihost import (
     add_bridge,
     add_namespace,
     as_host,
+    kill_inside,
     namespace_pids,
     remove_bridge,
     remove_namespace,
@@ -110,9 +111,7 @@ class SlurmNode:
     def lose(self) -> None:
         """The node is lost: every process in its namespace killed at once, slurmd, its
         step daemons and the job's tasks (as when the machine goes down)."""
-        for pid in namespace_pids(self.name):
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, 9)
+        kill_inside(self.name)
         self.stop()
 
 

@@ -216,7 +216,7 @@ class SlurmLauncher(Launcher):
             slurm("scancel", *mine)
 
     def driver_address(self) -> str:
-        return self.cluster.get("driver", "127.0.0.1")
+        return self.channel_host(self.spec) or "127.0.0.1"
 
     # --- placing ---------------------------------------------------------------------------
     def place(self, n: int) -> list[Slot]:

@@ -152,16 +152,20 @@ class Task:
         ``live`` (and kill what of theirs still runs on this node). Those of other
         notebooks, or not marked, stay; the tasks of a step may race: what one removed
         the others skip."""
-        root = self.directory.parent.parent
-        with contextlib.suppress(OSError):
-            for job in sorted(root.iterdir()):
-                if job.name in live or job == self.directory.parent or job.is_symlink():
-                    continue
-                with contextlib.suppress(OSError):
-                    for task in sorted(job.iterdir()):
-                        if self.owner and agent_host.owner_of(task) == self.owner:
-                            agent_host.kill_job_processes(task)
-                            agent_host.remove(task)
+        if not self.owner:
+            return
+        try:
+            jobs = sorted(self.directory.parent.parent.iterdir())
+        except OSError:
+            return
+        for job in jobs:
+            if job.name in live or job == self.directory.parent or job.is_symlink():
+                continue
+            with contextlib.suppress(OSError):
+                for task in sorted(job.iterdir()):
+                    if agent_host.owner_of(task) == self.owner:
+                        agent_host.kill_job_processes(task)
+                        agent_host.remove(task)
 
     def _to_agent(self, line: bytes) -> None:
         if self.agent is None:
