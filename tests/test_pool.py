@@ -36,6 +36,8 @@ report = {
     "main": sys.modules["__main__"].__file__,
     "argv0": sys.argv[0],
     "keeper_loaded": "jupyter_distrain.pool.keeper" in sys.modules,
+    "policy": os.sched_getscheduler(0),
+    "autogroup": open("/proc/self/autogroup").read() if os.path.exists("/proc/self/autogroup") else "",
 }
 print("REPORT " + json.dumps(report), flush=True)
 """
@@ -105,6 +107,63 @@ def test_a_rerun_takes_pooled_processes_that_behave_like_fresh_workers(pool_on, 
     # each ran one job and is gone; the pool refilled with new processes
     assert not any(psutil.pid_exists(pid) for pid in idle)
     assert not set(_ready_pool().idle) & set(idle)
+
+
+def _lowered(pid: int) -> bool:
+    """Whether ``pid`` runs lowered: SCHED_IDLE (the tests run as root), and its
+    autogroup at nice 19 where the kernel has autogroups."""
+    autogroup = Path(f"/proc/{pid}/autogroup")
+    nice = autogroup.read_text().split()[-1] if autogroup.exists() else "19"
+    return os.sched_getscheduler(pid) == os.SCHED_IDLE and nice == "19"
+
+
+def test_the_pool_refills_one_run_ahead_at_idle_priority_so_a_rerun_straight_after_is_warm(
+    pool_on,
+):
+    held = LIGHT_PROBE + "import time\ntime.sleep(3)\n"
+    first = submit(JobSpec(code=held, workers=2, backend=LIGHT))
+    # the first job runs cold, and asks the pool for its next run: imported beside it, lowered
+    assert poll_until(lambda: first.status().state == "running", 60)
+    starting = poll_until(lambda: [p for i in client.list_pools() for p in i.starting][:2], 30)
+    assert starting and len(starting) == 2
+    assert all(_lowered(pid) for pid in starting)
+    assert first.wait(timeout=120) == "succeeded"
+    # the job ended: whatever still imports goes on at normal priority
+    assert poll_until(lambda: not any(_lowered(pid) for pid in starting), 10)
+
+    second = _run(held, LIGHT)  # straight after: no wait for the pool
+    rows = second.status().processes
+    assert [p.pooled for p in rows] == [True, True]
+    assert sorted(p.pid for p in rows) == sorted(starting)  # started while the first ran
+    for index in range(2):
+        report = _report(second, index)
+        assert report["policy"] == os.SCHED_OTHER
+        assert report["autogroup"].split()[-1:] in ([], ["0"])
+
+
+SCALABLE = """\
+import os, sys, time
+import torch
+import jupyter_distrain
+print("up", flush=True)
+while not jupyter_distrain.should_checkpoint():
+    time.sleep(0.05)
+sys.exit(jupyter_distrain.CHECKPOINT_EXIT)
+"""
+
+
+def test_a_scale_by_restart_takes_every_new_rank_from_the_pool(pool_on):
+    _run(LIGHT_PROBE, LIGHT)
+    _ready_pool()
+    job = submit(JobSpec(code=SCALABLE, workers=2, backend=LIGHT, grace=2))
+    assert poll_until(lambda: job.status().state == "running", 60)
+    assert [p.pooled for p in job.status().processes] == [True, True]
+    job.scale(3)
+    restarted = lambda: job.status().generation == 1 and job.status().state == "running"  # noqa: E731
+    assert poll_until(restarted, 60)
+    # the third was asked of the pool with the scale, while the two checkpointed
+    assert [p.pooled for p in job.status().processes] == [True, True, True]
+    assert job.stop() == "stopped"
 
 
 def test_no_pool_starts_cold_and_leaves_the_pool_alone(pool_on):

@@ -98,6 +98,8 @@ class Env:
     POOL_SIZE = "JUPYTER_DISTRAIN_POOL_SIZE"  # idle processes per pool, at most
     POOL_IDLE = "JUPYTER_DISTRAIN_POOL_IDLE"  # seconds a pool stays unused before it ends
     POOL_MEMORY = "JUPYTER_DISTRAIN_POOL_MEMORY"  # GiB all idle processes of a pool may hold
+    # "0": refill when the job ends, not one run ahead at claim time (to measure it)
+    POOL_AHEAD = "JUPYTER_DISTRAIN_POOL_AHEAD"
     # the job store's retention rule (user settings; "inf" keeps everything)
     KEEP_JOBS = "JUPYTER_DISTRAIN_KEEP_JOBS"  # finished jobs kept, newest first (200)
     KEEP_DAYS = "JUPYTER_DISTRAIN_KEEP_DAYS"  # days a finished job is kept (30)

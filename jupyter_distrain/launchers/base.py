@@ -252,6 +252,11 @@ class Launcher(ABC):
     def close(self) -> None:  # noqa: B027
         """Release whatever the launcher holds (cgroups, connections)."""
 
+    def expect(self, workers: int) -> None:  # noqa: B027
+        """The job restarts with ``workers`` workers (a scale): a launcher that keeps
+        processes ready (a warm pool) prepares that many while this generation
+        checkpoints."""
+
     def on_progress(self, reporter: Callable[[str], bool]) -> None:
         """Where :meth:`progress` lines go: the supervisor's (shown at once, the launch's
         ``--timeout`` counting from the last one; False once the job is asked to stop)."""

@@ -5,7 +5,9 @@ from __future__ import annotations
 import dataclasses
 import logging
 import os
+import secrets
 import signal
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -13,7 +15,7 @@ from typing import Any
 
 import psutil
 
-from ..contract.process import ProcessId
+from ..contract.process import Env, ProcessId
 from ..contract.spec import JobSpec, SpecError
 from ..contract.store import JobStatus
 from ..pool import client as pool_client
@@ -67,6 +69,8 @@ class LocalLauncher(Launcher):
         self._started: set[int] = set()
         self._pooled_ids: set[ProcessId] = set()  # processes that could come from the pool
         self._pool_env: dict[str, str] | None = None
+        self._pool_presence: socket.socket | None = None  # open while the job runs
+        self._run = f"{self.job.path}#{secrets.token_hex(4)}"  # this generation, for the pool
         become_subreaper()
 
     @classmethod
@@ -164,6 +168,8 @@ class LocalLauncher(Launcher):
             return None
         self._pooled_ids.add(launch.proc.id)
         self._pool_env = launch.env
+        if self._pool_presence is None:
+            self._pool_presence = pool_client.announce(self.spec.pool_socket, str(self.job.path))
         return pool_client.claim(
             self.spec.pool_socket,
             {
@@ -173,7 +179,9 @@ class LocalLauncher(Launcher):
                 "log": str(launch.log_path),
                 "cpus": sorted(launch.cpus) if launch.cpus else None,
                 "job": str(self.job.path),
+                "run": self._run,
                 "per_job": pool_kinds.per_job_names(self.spec.env),
+                "ahead": launch.env.get(Env.POOL_AHEAD, "1") != "0",
             },
         )
 
@@ -200,11 +208,20 @@ class LocalLauncher(Launcher):
     def reap(self) -> None:
         reap_zombies(keep=self._started)  # those are left to their Popen objects
 
+    def expect(self, workers: int) -> None:
+        self._want_from_pool(len(self._pooled_ids) - self.spec.workers + workers)
+
+    def _want_from_pool(self, count: int) -> None:
+        """Ask the job's pool to keep ``count`` processes like this job's ready."""
+        if self._pooled_ids and self._pool_env is not None:
+            per_job = pool_kinds.per_job_names(self.spec.env)
+            pool_client.want(self.spec.pool_socket, count, self._pool_env, per_job)
+
     def close(self) -> None:
         for quota in self._quotas:
             quota.close()
-        if self._pooled_ids and self._pool_env is not None:
-            # the next run of the same cell finds its processes imported and waiting
-            per_job = pool_kinds.per_job_names(self.spec.env)
-            count = len(self._pooled_ids)
-            pool_client.want(self.spec.pool_socket, count, self._pool_env, per_job)
+        # the next run of the same cell finds its processes imported and waiting
+        self._want_from_pool(len(self._pooled_ids))
+        if self._pool_presence is not None:
+            self._pool_presence.close()
+            self._pool_presence = None

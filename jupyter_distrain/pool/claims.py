@@ -39,17 +39,38 @@ class Waiting:
     since: float
 
 
+def _run_of(body: dict[str, Any]) -> str:
+    """The run (one generation of a job) a claim is for."""
+    return str(body.get("run") or body.get("job", ""))
+
+
 class Claims:
     """The claim queue and the claimed processes of one pool, taken from ``stock``."""
 
-    def __init__(self, stock: Stock, selector: selectors.BaseSelector):
+    def __init__(self, stock: Stock, selector: selectors.BaseSelector, ahead: bool):
         self.stock = stock
         self.selector = selector
         self.waiting: list[Waiting] = []  # claims for processes still importing
         self.claimed: dict[int, Pooled] = {}
+        self.ahead = ahead  # refill at claim time, at idle priority (see priority.py)
+        self._run, self._count = "", 0  # the run that claimed last, and how many
 
     def refusal(self, body: dict[str, Any]) -> str:
         """Why the pool cannot serve this claim ("" if it can)."""
+        reason = self._unfit(body)
+        if reason:
+            return reason
+        if self.stock.env is None:
+            return "the pool is empty"
+        per_job = set(body.get("per_job") or [])
+        ours = {k: v for k, v in self.stock.env.items() if k not in per_job}
+        differs = sorted(set(import_env(body["env"], per_job).items()) ^ set(ours.items()))
+        if differs:
+            return f"the environment differs from the pool's ({differs[0][0]})"
+        return ""
+
+    def _unfit(self, body: dict[str, Any]) -> str:
+        """Why no process of this pool could ever serve this claim ("" if one could)."""
         argv, env = body.get("argv"), body.get("env")
         if not isinstance(argv, list) or not argv or argv[0] != sys.executable:
             return "the job's interpreter is not the pool's"
@@ -57,20 +78,16 @@ class Claims:
             return "a malformed claim"
         if self.stock.off:
             return f"the pool is off: {self.stock.off}"
-        if self.stock.env is None:
-            return "the pool is empty"
-        per_job = set(body.get("per_job") or [])
-        ours = {k: v for k, v in self.stock.env.items() if k not in per_job}
-        differs = sorted(set(import_env(env, per_job).items()) ^ set(ours.items()))
-        if differs:
-            return f"the environment differs from the pool's ({differs[0][0]})"
         return ""
 
     def claim(self, client: socket.socket, body: dict[str, Any], fds: list[int]) -> None:
-        """Queue the claim for the next ready process; a process still importing is
-        worth waiting for (a cold start would import beside it, on the same cores)."""
+        """Queue the claim for the next ready process; a process still importing at
+        normal priority is worth waiting for (a cold start would import beside it, on
+        the same cores), one importing at idle priority is for the next run."""
         reason = self.refusal(body)
-        if not reason and len(self.stock.idle) <= len(self.waiting):
+        if self._ahead(body) and not self._unfit(body):
+            self._plan_ahead(body)
+        if not reason and self._serviceable(body) <= len(self.waiting):
             reason = "no pooled process is left"
         if reason:
             close_fds(fds)
@@ -78,6 +95,24 @@ class Claims:
             return
         self.waiting.append(Waiting(client, body, fds, time.monotonic()))
         self.serve()
+
+    def _ahead(self, body: dict[str, Any]) -> bool:
+        """Whether this claim keeps the pool one run ahead (the job may say not to)."""
+        return self.ahead and body.get("ahead", True) is not False
+
+    def _plan_ahead(self, body: dict[str, Any]) -> None:
+        """Keep as many processes as this run has claimed so far, for the next run."""
+        run = _run_of(body)
+        if run != self._run:
+            self._run, self._count = run, 0
+        self._count += 1
+        self.stock.keep_at_least(body["env"], body.get("per_job") or [], self._count, run)
+
+    def _serviceable(self, body: dict[str, Any]) -> int:
+        """Idle processes a claim may have or wait for: not those its own run's claims
+        started for the next run, while they import."""
+        run = _run_of(body)
+        return sum(p.ready or p.ahead_of != run for p in self.stock.idle.values())
 
     def refuse(self, client: socket.socket, reason: str) -> None:
         """Tell the supervisor to start cold, and hang up."""
@@ -97,11 +132,15 @@ class Claims:
         while self.waiting:
             pooled = self.stock.ready_one()
             if pooled is None:
-                if len(self.stock.idle) < len(self.waiting):  # one that was starting died
-                    claim = self.waiting.pop()
+                claim = self.waiting[-1]
+                if self._serviceable(claim.body) < len(self.waiting):  # one starting died
+                    self.waiting.pop()
                     close_fds(claim.fds)
                     self.refuse(claim.client, "no pooled process is left")
                     continue
+                for pooled in self.stock.idle.values():  # what the claims wait for
+                    if pooled.ahead_of != _run_of(claim.body):
+                        self.stock.restore(pooled)
                 return
             claim = self.waiting.pop(0)
             try:
@@ -110,6 +149,7 @@ class Claims:
                 close_fds(claim.fds)
 
     def _hand_over(self, claim: Waiting, pooled: Pooled) -> None:
+        self.stock.restore(pooled)  # it may have got ready at idle priority
         channel = self.stock.take(pooled)
         try:
             wire.send(channel, claim.body, claim.fds)
@@ -128,9 +168,8 @@ class Claims:
                 self.stock.turn_off(why)
             self.refuse(claim.client, f"the pooled process could not take the job: {why}")
             return
-        # refilled when the job ends (want), not now: importing beside a training job
-        # would slow it down
-        self.stock.target = max(0, self.stock.target - 1)
+        if not self._ahead(claim.body):  # refilled when the job ends (want): not beside it
+            self.stock.target = max(0, self.stock.target - 1)
         pooled.client, pooled.job = claim.client, str(claim.body.get("job", ""))
         pooled.since = time.time()
         create_time = psutil.Process(pooled.pid).create_time()

@@ -2,6 +2,8 @@
 
 - :func:`ensure`: at submit, the pool a job may take processes from (its keeper
   started if none runs); its socket path goes into the job's spec.
+- :func:`announce`: in the supervisor, before its first claim: a job runs (while the
+  returned connection is open), so the pool imports at idle priority meanwhile.
 - :func:`claim`: in the supervisor, a pooled process for one of the job's processes,
   as a :class:`PooledProcess` handle; None (start it cold) when the pool has none
   ready or it does not match.
@@ -175,6 +177,18 @@ def claim(socket_path: str, request: dict[str, Any]) -> PooledProcess | None:
         return None
     finally:
         os.close(netns)
+
+
+def announce(socket_path: str, job: str) -> socket.socket | None:
+    """Tell the pool a job runs until the returned connection is closed; None if the
+    pool cannot be reached (the job then simply starts cold)."""
+    try:
+        connection = wire.connect(socket_path, CONNECT_SECONDS)
+        wire.send(connection, {"op": "running", "job": job})
+    except OSError as exc:
+        log.info("no pool at %s: %s", socket_path, exc)
+        return None
+    return connection
 
 
 def _ask(socket_path: str, body: dict[str, Any]) -> dict[str, Any] | None:

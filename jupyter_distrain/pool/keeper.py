@@ -8,8 +8,14 @@ private directory:
   process over to the job, answer its pid; the connection stays open and gets the
   process's exit code when it ends (the keeper is its parent). A supervisor that
   goes away first takes its process with it (killed, with what it started).
+- ``running`` (from a supervisor, before its first claim): a job runs while this
+  connection is open; processes started meanwhile import at idle priority.
 - ``want`` (from a supervisor whose job ended): keep this many idle processes,
   imported with this environment; refilled at once, in the background.
+
+Where a process can be lowered and put back (``priority.can_lower``), each claim also keeps the
+pool one run ahead: as many processes as the claiming job has asked for are started
+for its next run at once, at idle priority, rather than when it ends.
 - ``drain``: end every idle process now, and the keeper once no job holds one.
 
 Bounded: at most ``JUPYTER_DISTRAIN_POOL_SIZE`` idle processes (4), together at most
@@ -42,7 +48,7 @@ import psutil
 
 from ..contract.store import write_atomic
 from ..processes import become_subreaper
-from . import wire
+from . import priority, wire
 from .claims import Claims
 from .kinds import PREIMPORTS, pool_name, pool_prefix
 from .orphans import reap_orphans
@@ -62,7 +68,8 @@ class Keeper:
         self.dir, self.kind, self.settings = directory, kind, settings
         self.selector = selectors.DefaultSelector()
         self.stock = Stock(directory, kind, settings, self.selector, self._on_ready)
-        self.claims = Claims(self.stock, self.selector)
+        self.claims = Claims(self.stock, self.selector, ahead=priority.can_lower())
+        self.running: set[socket.socket] = set()  # supervisors of running jobs
         self.last_used = time.monotonic()
         self._saved = ""
         path = directory / "keeper.sock"
@@ -91,6 +98,7 @@ class Keeper:
             for key, _ in self.selector.select(TICK_SECONDS):
                 self._step(key.data, key.fileobj)
             self._reap()
+            self._prioritize()
             self.claims.serve()
             if self._unused():
                 self.stock.drain(f"unused for {self.settings.idle_seconds:g} s")
@@ -137,6 +145,13 @@ class Keeper:
         name = self.dir.name
         return name.startswith(pool_prefix(self.kind)) and name != pool_name(self.kind)
 
+    def _prioritize(self) -> None:
+        """Refill at idle priority while a job runs; at normal priority once none does."""
+        busy = bool(self.running or self.claims.claimed)
+        if self.stock.background and not busy:
+            self.stock.foreground()
+        self.stock.background = busy and self.claims.ahead
+
     def _on_ready(self) -> None:
         self.claims.serve()
 
@@ -167,7 +182,12 @@ class Keeper:
                 return
             close_fds(fds)
             if body is None:
+                self.running.discard(client)
                 self.claims.client_gone(client)
+            elif body.get("op") == "running":  # no answer: the connection is the message
+                self.last_used = time.monotonic()
+                self.running.add(client)
+                self._prioritize()
             elif body.get("op") == "want":
                 self.last_used = time.monotonic()
                 self.stock.want(body)

@@ -22,7 +22,7 @@ from typing import Any
 import psutil
 
 from ..processes import die_with_parent, tree_rss
-from . import wire
+from . import priority, wire
 from .kinds import import_env
 from .settings import Settings
 
@@ -43,6 +43,8 @@ class Pooled:
     ready: bool = False
     job: str = ""
     client: socket.socket | None = None
+    lowered: bool = False  # importing at idle priority (beside a running job)
+    ahead_of: str = ""  # the run whose claims started it, for the run after
 
     @property
     def pid(self) -> int:
@@ -77,6 +79,8 @@ class Stock:
         self.error = ""  # a process failed to start: no refill until the next want
         self.off = ""  # why this pool can never serve a job ("" while it can)
         self.process_bytes = PROCESS_BYTES  # the size of the last process that got ready
+        self.background = False  # start processes at idle priority (a job is running)
+        self.ahead_of = ""  # the run whose claims start processes now (for the next)
 
     def want(self, body: dict[str, Any]) -> None:
         """Keep ``count`` idle processes imported with ``env`` (but its ``per_job`` names)."""
@@ -90,6 +94,28 @@ class Stock:
             self.env = env
         self.target = min(self.settings.size, max(0, count))
         self.error = ""
+        self.ahead_of = ""
+
+    def keep_at_least(self, env: dict[str, str], per_job: list[str], count: int, run: str) -> None:
+        """Raise the target to ``count`` for ``env`` (a claim's: one run ahead of
+        ``run``); a new environment replaces the pool's, as a ``want`` does."""
+        if import_env(env, per_job) != self.env:
+            self.want({"env": env, "per_job": per_job, "count": count})
+        elif not self.error:
+            self.target = max(self.target, min(self.settings.size, count))
+        self.ahead_of = run
+
+    def foreground(self) -> None:
+        """No job runs, or one waits: every idle process back to normal priority."""
+        self.background = False
+        for pooled in self.idle.values():
+            self.restore(pooled)
+
+    def restore(self, pooled: Pooled) -> None:
+        """Put ``pooled`` back to normal priority, if it was started lowered."""
+        if pooled.lowered:
+            priority.restore(pooled.pid)
+            pooled.lowered = False
 
     def refill(self) -> None:
         """Start idle processes up to the target, as memory allows."""
@@ -121,6 +147,13 @@ class Stock:
 
     def _start(self) -> None:
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        lowered = self.background
+
+        def preexec() -> None:
+            die_with_parent()
+            if lowered:
+                priority.lower()
+
         with open(self.dir / "pool.log", "ab") as out:
             popen = subprocess.Popen(
                 [sys.executable, "-m", "jupyter_distrain.pool.idle", str(theirs.fileno())]
@@ -132,13 +165,13 @@ class Stock:
                 cwd=self.dir,
                 pass_fds=(theirs.fileno(),),
                 start_new_session=True,
-                preexec_fn=die_with_parent,
+                preexec_fn=preexec,
             )
         theirs.close()
-        pooled = Pooled(popen, ours, time.time())
+        pooled = Pooled(popen, ours, time.time(), lowered=lowered, ahead_of=self.ahead_of)
         self.idle[popen.pid] = pooled
         self.selector.register(ours, selectors.EVENT_READ, self._message)
-        log.info("started pooled pid %d", popen.pid)
+        log.info("started pooled pid %d%s", popen.pid, " at idle priority" * lowered)
 
     def _message(self, channel: socket.socket) -> None:
         pooled = next(p for p in self.idle.values() if p.channel is channel)
@@ -206,4 +239,7 @@ class Stock:
 
     def rows(self) -> list[dict[str, Any]]:
         """The idle processes, as ``state.json`` lists them."""
-        return [{"pid": p.pid, "ready": p.ready, "since": p.since} for p in self.idle.values()]
+        return [
+            {"pid": p.pid, "ready": p.ready, "since": p.since, "lowered": p.lowered}
+            for p in self.idle.values()
+        ]

@@ -51,6 +51,7 @@ class Scaling:
         asked = self.target is not None  # the members were asked already: the new size wins
         self.target = workers
         sup.status.scaling_to = workers
+        sup.gen.launcher.expect(workers)  # the new generation's processes, ready meanwhile
         if not asked:
             self.deadline = Deadline(SCALE_TIMEOUT_SECONDS)
             for entry in sup.table.live_members():
