@@ -341,6 +341,22 @@ AT_END = "refill at end"  # warm, the pool refilled when the job ends (not one r
 POOLED = ("warm", AT_END)  # columns that start from a ready pool
 
 
+def print_pool_memory() -> None:
+    """What the pool holds: its zygote, and each idle process alone (forked from it)."""
+    import psutil
+
+    from jupyter_distrain.pool import client
+    from jupyter_distrain.pool.stock import private_bytes
+
+    for info in client.list_pools():
+        zygote = psutil.Process(info.zygote).memory_info().rss if info.zygote else 0
+        alone = [private_bytes(pid) / 2**20 for pid in info.idle]
+        print(
+            f"pool {info.kind}: zygote {zygote / 2**20:.0f} MiB resident; each idle process "
+            f"holds alone {', '.join(f'{m:.1f}' for m in alone)} MiB"
+        )
+
+
 def run_column(
     name: str, shell: Any, code: str, script: Path, flags: str, framework: str
 ) -> tuple[float, float]:
@@ -391,6 +407,7 @@ def main() -> int:
                     )
                 if unit[0] in POOLED:
                     wait_for_pool()  # its refill imports: not beside the next run
+        print_pool_memory()
         from jupyter_distrain.pool import client
 
         client.drain()

@@ -4,7 +4,10 @@ launcher, the ssh launcher (over the same hosts), the Ray launcher (a two-node R
 cluster, one CPU per node, so the two slots land on both) and the Slurm launcher (the
 test suite's Slurm cluster: two slurmd nodes, ``--nodes 2``). The Slurm job's time in
 Slurm's queue (its ``allocation`` event) is left out of its time to first step and shown
-apart; horovodrun runs over the ssh hosts (the Slurm nodes run no sshd).
+apart; horovodrun runs over the ssh hosts (the Slurm nodes run no sshd). Each launcher
+runs cold (``--no-pool``); local, ssh and Ray also warm (``... warm``: taken from the
+pool on this machine, on each host, on each node; each primed by one run before the
+rounds, each run forking the next run's processes).
 
 The hosts are the test suite's (tests/multihost.py, tests/raycluster.py): network
 namespaces on this machine behind a bridge, each running Debian's sshd on port 2222, or
@@ -73,7 +76,7 @@ def main() -> int:
     parser.add_argument("--steps", type=int, default=300)
     args = parser.parse_args()
 
-    os.environ["JUPYTER_DISTRAIN_POOL"] = "0"  # cold starts everywhere: the pool is local only
+    os.environ["JUPYTER_DISTRAIN_POOL"] = "1"  # cold columns say --no-pool
     with (
         bench_session(args.steps) as (tmp, code, script, shell),
         ssh_cluster(tmp / "hosts", bridge=INTERFACE) as cluster,
@@ -87,7 +90,10 @@ def main() -> int:
             "slurm": f"{slurm.flags()} --nodes 2",
         }
         queued: list[float] = []  # each Slurm run's seconds in the queue
-        columns = ["horovodrun", *flags]
+        warm = [f"{name} warm" for name in ("local", "ssh", "ray")]
+        for name in warm:  # primes the pool there (the first run imports beside it)
+            run_distributed(shell, code, flags[name.split()[0]])
+        columns = ["horovodrun", *flags, *warm]
         results: dict[str, list[tuple[float, float]]] = {name: [] for name in columns}
         for i in range(args.rounds):
             shift = i % len(columns)
@@ -96,16 +102,22 @@ def main() -> int:
                     res = run_horovodrun(script, cluster)
                 elif name == "slurm":
                     ran: list = []
-                    first, rate = run_distributed(shell, code, flags[name], ran)
+                    first, rate = run_distributed(shell, code, f"{flags[name]} --no-pool", ran)
                     queued.append(queue_seconds(ran[0]))
                     res = (first - queued[-1], rate)
+                elif name in warm:
+                    res = run_distributed(shell, code, flags[name.split()[0]])
                 else:
-                    res = run_distributed(shell, code, flags[name])
+                    res = run_distributed(shell, code, f"{flags[name]} --no-pool")
                 results[name].append(res)
                 print(
                     f"round {i + 1} {name:<11} first step {res[0]:6.2f} s {res[1]:7.1f} steps/s",
                     flush=True,
                 )
+        from jupyter_distrain.client.commands import print_pools
+
+        print_pools(clear=False)  # what the pools hold here and on the hosts
+        print_pools(clear=True)
     print()
     print(f"{'launcher':<12}{'time to first step (s)':>24}{'steps/sec':>12}")
     for name, rs in results.items():

@@ -2,19 +2,29 @@
 at the new size, against a cold start of the same job with 3 workers (submit to first step).
 
 Checkpoint-and-restart (a Keras ``fit`` job, resumed from its BackupAndRestore checkpoint)
-and elastic Horovod (no restart) are both measured.
+is measured cold (``pool=False``) and from the warm pool (the scale asks the pool for the
+new size while the ranks checkpoint; the pool primed by one run before); elastic Horovod
+(no restart) too. The cold start is always ``pool=False``. Each of ``--rounds`` rounds
+measures every row and a cold start; reported: medians and the mean of the per-round
+ratios scale/cold start with a 95% confidence interval.
 
-    .venv/bin/python benchmarks/scale_latency.py
+    .venv/bin/python benchmarks/scale_latency.py [--rounds 3]
 """
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
+import statistics
 import sys
 import tempfile
 import time
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from launch_overhead import mean_with_interval  # noqa: E402
 
 from jupyter_distrain import JobSpec, submit
 from jupyter_distrain.contract.process import ProcessId
@@ -72,7 +82,7 @@ def wait_until(predicate, timeout: float = 300) -> None:
 
 def cold_start(code: str) -> float:
     started = time.time()
-    job = submit(JobSpec(code=code, workers=3, name="cold"))
+    job = submit(JobSpec(code=code, workers=3, name="cold", pool=False))
     wait_until(
         lambda: job.dir.metrics_file.exists() and first_step_time(job, lambda r: True) is not None
     )
@@ -81,8 +91,8 @@ def cold_start(code: str) -> float:
     return first - started
 
 
-def scaled(code: str, at_new_size) -> float:
-    job = submit(JobSpec(code=code, workers=2, name="scaled", grace=3))
+def scaled(code: str, at_new_size, pool: bool = False) -> float:
+    job = submit(JobSpec(code=code, workers=2, name="scaled", grace=3, pool=pool))
     wait_until(
         lambda: (
             job.dir.metrics_file.exists()
@@ -100,21 +110,37 @@ def scaled(code: str, at_new_size) -> float:
 
 
 def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=3)
+    args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         os.environ.setdefault("JUPYTER_DISTRAIN_ROOT", str(Path(tmp) / "jobs"))
+        os.environ["JUPYTER_DISTRAIN_POOL"] = "1"
         keras = "EPOCHS = 200\n" + KERAS
         elastic = "STEPS = 100000\n" + ELASTIC
-        rows = [
-            (
-                "checkpoint + restart (Keras fit)",
-                scaled(keras, lambda r: ProcessId.of(r) == ProcessId("worker", 2)),
-                cold_start(keras),
-            ),
-            ("elastic Horovod", scaled(elastic, lambda r: r.get("size") == 3), cold_start(elastic)),
-        ]
-    print(f"{'2 -> 3 workers':<34}{'scale (s)':>11}{'cold start (s)':>16}{'ratio':>8}")
-    for name, scale_s, cold_s in rows:
-        print(f"{name:<34}{scale_s:>11.2f}{cold_s:>16.2f}{scale_s / cold_s:>8.2f}")
+        third = lambda r: ProcessId.of(r) == ProcessId("worker", 2)  # noqa: E731
+        rows = {
+            "checkpoint + restart, cold": lambda: scaled(keras, third),
+            "checkpoint + restart, pooled": lambda: scaled(keras, third, pool=True),
+            "elastic Horovod": lambda: scaled(elastic, lambda r: r.get("size") == 3),
+        }
+        submit(JobSpec(code="EPOCHS = 1\n" + KERAS, workers=3, name="prime")).wait()
+        measured: dict[str, list[tuple[float, float]]] = {name: [] for name in rows}
+        for i in range(args.rounds):
+            cold = cold_start(keras)
+            for name, run in rows.items():
+                measured[name].append((run(), cold))
+                print(f"round {i + 1} {name:<30} {measured[name][-1][0]:6.2f} s "
+                      f"(cold start {cold:.2f} s)", flush=True)  # fmt: skip
+        from jupyter_distrain.pool import client
+
+        client.drain()
+    print(f"{'2 -> 3 workers':<32}{'scale (s)':>11}{'cold start (s)':>16}{'ratio (95% CI)':>24}")
+    for name, pairs in measured.items():
+        mean, low, high = mean_with_interval([a / b for a, b in pairs])
+        scale_s = statistics.median(a for a, _ in pairs)
+        cold_s = statistics.median(b for _, b in pairs)
+        print(f"{name:<32}{scale_s:>11.2f}{cold_s:>16.2f}   {mean:.2f} ({low:.2f}-{high:.2f})")
     return 0
 
 

@@ -21,7 +21,7 @@ from jupyter_distrain import JobFailed, JobSpec, submit
 from jupyter_distrain.client.commands import print_pools
 from jupyter_distrain.contract.process import ProcessId
 from jupyter_distrain.launchers.local import LocalLauncher
-from jupyter_distrain.pool import client, kinds, wire
+from jupyter_distrain.pool import client, kinds, stock, wire
 from jupyter_distrain.timing import poll_until
 
 PROBE = """\
@@ -37,6 +37,9 @@ report = {
     "argv0": sys.argv[0],
     "keeper_loaded": "jupyter_distrain.pool.keeper" in sys.modules,
     "policy": os.sched_getscheduler(0),
+    "ppid": os.getppid(),
+    "sid": os.getsid(0),
+    "draws": [__import__("numpy").random.random(), __import__("random").random()],
     "autogroup": open("/proc/self/autogroup").read() if os.path.exists("/proc/self/autogroup") else "",
 }
 print("REPORT " + json.dumps(report), flush=True)
@@ -117,28 +120,39 @@ def _lowered(pid: int) -> bool:
     return os.sched_getscheduler(pid) == os.SCHED_IDLE and nice == "19"
 
 
-def test_the_pool_refills_one_run_ahead_at_idle_priority_so_a_rerun_straight_after_is_warm(
+def test_the_pool_imports_once_and_forks_one_run_ahead_so_reruns_straight_after_are_warm(
     pool_on,
 ):
-    held = LIGHT_PROBE + "import time\ntime.sleep(3)\n"
+    held = LIGHT_PROBE + "import time\ntime.sleep(2)\n"
     first = submit(JobSpec(code=held, workers=2, backend=LIGHT))
-    # the first job runs cold, and asks the pool for its next run: imported beside it, lowered
+    # the first job runs cold, and has the pool import beside it: its zygote, lowered
     assert poll_until(lambda: first.status().state == "running", 60)
-    starting = poll_until(lambda: [p for i in client.list_pools() for p in i.starting][:2], 30)
-    assert starting and len(starting) == 2
-    assert all(_lowered(pid) for pid in starting)
+    zygote = poll_until(lambda: client.list_pools() and client.list_pools()[0].zygote, 30)
+    assert zygote and _lowered(zygote)
     assert first.wait(timeout=120) == "succeeded"
-    # the job ended: whatever still imports goes on at normal priority
-    assert poll_until(lambda: not any(_lowered(pid) for pid in starting), 10)
+    assert poll_until(lambda: not _lowered(zygote), 10)  # no job runs: imports at full speed
 
-    second = _run(held, LIGHT)  # straight after: no wait for the pool
-    rows = second.status().processes
-    assert [p.pooled for p in rows] == [True, True]
-    assert sorted(p.pid for p in rows) == sorted(starting)  # started while the first ran
-    for index in range(2):
-        report = _report(second, index)
-        assert report["policy"] == os.SCHED_OTHER
-        assert report["autogroup"].split()[-1:] in ([], ["0"])
+    second = submit(JobSpec(code=held, workers=2, backend=LIGHT))  # straight after
+    assert poll_until(lambda: second.status().state == "running", 60)
+    # its claims had the zygote fork the next run's processes at once
+    ahead = poll_until(
+        lambda: len(client.list_pools()[0].idle) == 2 and client.list_pools()[0].idle, 30
+    )
+    assert second.wait(timeout=120) == "succeeded"
+    third = _run(held, LIGHT)  # straight after
+    assert sorted(p.pid for p in third.status().processes) == sorted(ahead)
+    keeper = client.list_pools()[0].keeper
+    for job in (second, third):
+        rows = job.status().processes
+        assert [p.pooled for p in rows] == [True, True]
+        reports = [_report(job, index) for index in range(2)]
+        for row, report in zip(rows, reports, strict=True):
+            assert report["ppid"] == keeper and report["sid"] == row.pid  # forked, detached
+            assert report["policy"] == os.SCHED_OTHER
+            assert report["autogroup"].split()[-1:] in ([], ["0"])
+        # forked from one zygote, yet numpy's (and Python's) generators differ
+        assert reports[0]["draws"][0] != reports[1]["draws"][0]
+        assert reports[0]["draws"][1] != reports[1]["draws"][1]
 
 
 SCALABLE = """\
@@ -341,23 +355,27 @@ def test_a_keeper_that_cannot_write_its_state_keeps_serving(jobs_root):
         assert "state.json" in (directory / "keeper.log").read_text()  # said why, once a turn
 
 
-def test_the_memory_bound_counts_processes_still_importing(jobs_root):
-    # 1 GiB: two processes at the estimate for one still importing (512 MiB), and two
-    # of TensorFlow's ~400 MiB once ready; not the four wanted, started all at once
+def test_the_memory_bound_counts_the_zygote_and_what_each_forked_process_holds_alone(
+    jobs_root,
+):
+    # 1 GiB: TensorFlow's zygote (~400 MiB) and the four wanted, forked from it, each
+    # holding alone only what it wrote since (a few MiB)
     directory = client.pools_dir(jobs_root, create=True) / "tensorflow-memory"
     with _keeper(directory, JUPYTER_DISTRAIN_POOL_MEMORY="1") as (keeper, socket_path):
         _want(socket_path, 4)
-        seen = []
-
-        def two_ready() -> bool:
-            idle = _state(directory).get("idle", [])
-            seen.append(len(idle))
-            return len(idle) == 2 and all(row["ready"] for row in idle)
-
-        assert poll_until(two_ready, 120, 0.1), seen
-        time.sleep(2)  # a refill after they got ready starts none either
-        two_ready()
-        assert max(seen) == 2 and seen[-1] == 2, seen
+        four = lambda: [r for r in _state(directory).get("idle", []) if r["ready"]][3:]  # noqa: E731
+        assert poll_until(four, 120, 0.1), _state(directory)
+        state = _state(directory)
+        zygote = psutil.Process(state["zygote"]["pid"]).memory_info().rss
+        alone = [stock.private_bytes(row["pid"]) for row in state["idle"]]
+        assert zygote > 200 * 2**20 and 0 < max(alone) < 64 * 2**20, (zygote, alone)
+        assert zygote + sum(alone) < 2**30
+    # 0.3 GiB: not even the zygote (512 MiB estimated before one was measured)
+    directory = client.pools_dir(jobs_root, create=True) / "tensorflow-small"
+    with _keeper(directory, JUPYTER_DISTRAIN_POOL_MEMORY="0.3") as (keeper, socket_path):
+        _want(socket_path, 4)
+        time.sleep(2)
+        assert not _state(directory)["zygote"] and not _state(directory)["idle"]
 
 
 def test_a_claim_that_cannot_enter_the_jobs_namespace_turns_the_pool_off(jobs_root):

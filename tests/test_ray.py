@@ -31,7 +31,7 @@ from netprobe import (
 )
 from raycluster import HEAD_ADDRESS, QUIET_RAY, RayCluster, ray_cluster
 from test_tf_backends import SEED_PROGRAM
-from test_torch import DDP_PROGRAM
+from test_torch import DDP_PROGRAM, ddp_rerun_from_the_pool
 from test_torch import SAID as DDP_SAID
 
 from jupyter_distrain.client import api
@@ -480,3 +480,30 @@ def test_a_worker_over_its_memory_is_killed_naming_it(cluster):
     with pytest.raises(Exception, match="worker 1 exceeded 0.5 GiB"):
         job.wait(60)  # the memory reading came from the actor on its node
     assert wait_until_gone(job.id, 15) == []
+
+
+def test_a_rerun_takes_warm_processes_from_each_nodes_own_pool(
+    cluster, driver, jobs_root, monkeypatch
+):
+    """Each node's pool (under the node's home, named by its host name) is started by
+    the first job there and filled beside it: the re-run straight after takes its ranks
+    warm on both nodes, handed their secret in memory as cold ones are, and they still
+    synchronise. Drained, nothing of it is left."""
+    from jupyter_distrain.pool import client as pool_client
+
+    spec = JobSpec(code=DDP_PROGRAM, workers=2, backend="torch", **cluster.options())
+
+    def pools() -> list[Path]:
+        homes = [node.home for node in cluster.all_nodes]
+        return [d for home in homes for d in home.glob(".jupyter_distrain/jobs/.pools/host-*")]
+
+    try:
+        second = ddp_rerun_from_the_pool(spec, monkeypatch)
+        assert len({d.name for d in pools()}) == 2  # one pool per node
+    finally:
+        for directory in pools():
+            pool_client.drain(base=directory)
+    assert wait_for(
+        lambda: not any(pool_client.list_pools(base=d) for d in pools()), 20, what="keepers"
+    )
+    assert leftovers(driver, second.id) == []

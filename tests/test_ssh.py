@@ -19,19 +19,20 @@ import pytest
 from conftest import fault_row, wait_for
 from jobscan import left_after
 from jobscan import processes_naming as job_processes
-from multihost import SSH_PORT, SshCluster, ssh_cluster
+from multihost import SSH_PORT, SshCluster, namespace_pids, ssh_cluster
 from netprobe import listening_sockets
 from test_jax import ALLGATHER, GATHERED
 from test_metrics_widget import KERAS_FIT
 from test_mpi import AVERAGING
 from test_mpi import SAID as MPI_SAID
 from test_tf_backends import SEED_PROGRAM
-from test_torch import DDP_PROGRAM
+from test_torch import DDP_PROGRAM, ddp_rerun_from_the_pool
 from test_torch import SAID as DDP_SAID
 
 import jupyter_distrain
 from jupyter_distrain.client import api
 from jupyter_distrain.client.cml import run_cluster
+from jupyter_distrain.client.commands import print_pools
 from jupyter_distrain.client.job import Job
 from jupyter_distrain.client.widget import JobWidget
 from jupyter_distrain.contract.process import ProcessId
@@ -570,3 +571,29 @@ def test_what_a_killed_job_left_on_the_hosts_goes_at_the_next_contact(cluster, j
         assert gone and kept and left == []
     finally:
         shutil.rmtree(stranger.parent, ignore_errors=True)
+
+
+def test_a_rerun_takes_warm_processes_from_each_hosts_own_pool(
+    cluster, jobs_root, monkeypatch, capsys
+):
+    """The pool on each host: started by the first job there (in the host's network
+    namespace), filled beside it, so the re-run straight after takes its ranks warm on
+    both hosts and they still synchronise; ``%distributed pool`` lists the hosts' pools
+    and ``--clear`` ends them, leaving only sshd on the hosts."""
+    spec = JobSpec(code=DDP_PROGRAM, workers=2, backend="torch", **cluster.options())
+    try:
+        second = ddp_rerun_from_the_pool(spec, monkeypatch)
+        assert [p.host for p in second.status().processes] == ["jdh1", "jdh2"]
+        capsys.readouterr()
+        print_pools(False)
+        listed = capsys.readouterr().out
+        for host in cluster.hosts:  # as --hosts names them
+            line = re.search(rf"on {host.address}: torch-\S+: torch for .*", listed)
+            assert line and "1 idle" in line.group() and "MiB idle" in line.group(), listed
+            keeper = int(re.search(r"keeper pid (\d+)", line.group()).group(1))
+            assert keeper in namespace_pids(host.name)  # the host's own pool
+    finally:
+        print_pools(True)
+    sshd = {h.sshd.pid for h in cluster.hosts}
+    for host in cluster.hosts:
+        assert wait_for(lambda h=host: set(namespace_pids(h.name)) <= sshd, 20, what="pools")

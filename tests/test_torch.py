@@ -21,6 +21,7 @@ from netprobe import listening_sockets, other_host_namespace, port_open
 from test_pool import _ready_pool, pool_on  # noqa: F401  (pool_on: a fixture)
 
 from jupyter_distrain import JobSpec, SpecError, submit
+from jupyter_distrain.client.job import Job
 from jupyter_distrain.contract.process import ProcessId
 
 BENCHMARKS = Path(__file__).resolve().parent.parent / "benchmarks"
@@ -381,3 +382,21 @@ def test_the_pytorch_notebook_trains_scales_shards_and_averages(jobs_root):
     assert float(re.search(r"FSDP test accuracy: ([\d.]+)", cells[7]).group(1)) > 0.8
     averaged = re.findall(r"worker \d of 2: test accuracy ([\d.]+)", cells[8])
     assert len(averaged) == 2 and len(set(averaged)) == 1 and float(averaged[0]) > 0.8
+
+
+def ddp_rerun_from_the_pool(spec: JobSpec, monkeypatch) -> Job:
+    """With pools on: ``spec`` (the DDP program) run twice, straight after each other:
+    the first cold, the second's ranks taken from the pool, ending with identical
+    weights. Returns the second job."""
+    monkeypatch.setenv("JUPYTER_DISTRAIN_POOL", "1")
+    monkeypatch.setenv("JUPYTER_DISTRAIN_POOL_IDLE", "60")
+    first = submit(spec)
+    assert first.wait(240) == "succeeded", first.status().error
+    assert [p.pooled for p in first.status().processes] == [False, False]
+    second = submit(spec)
+    assert second.wait(240) == "succeeded", second.status().error
+    assert [p.pooled for p in second.status().processes] == [True, True]
+    said = [SAID.search(second.logs(ProcessId("worker", i))) for i in (0, 1)]
+    assert all(said), second.logs()
+    assert said[0].group(5) == said[1].group(5)  # identical weights
+    return second

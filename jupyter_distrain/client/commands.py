@@ -112,24 +112,38 @@ def print_status(job: Job, gpu_text: Callable[[Any], str] = lambda process: "") 
 
 
 def print_pools(clear: bool) -> None:
-    """The warm pools, a line each (``clear``: end their idle processes instead)."""
+    """The warm pools, a line each, here and on the ssh hosts jobs started one on
+    (``clear``: end their idle processes instead)."""
+    from ..launchers.ssh.pools import host_pools
     from ..pool import client
 
     if clear:
+        hosts = host_pools(drain=True)
         print(f"Asked {client.drain()} pool(s) to end their idle processes.")
+        for host, answer in hosts.items():
+            said = answer if isinstance(answer, str) else f"asked {len(answer)} pool(s)"
+            print(f"  on {host}: {said}")
         return
-    pools = client.list_pools()
+    pools = [("", info) for info in client.list_pools()]
+    for host, answer in host_pools().items():
+        if isinstance(answer, str):
+            print(f"on {host}: cannot list its pools: {answer}")
+            continue
+        pools += [(host, info) for info in answer]
     if not pools:
         print(
             "no warm pools (one fills after a job of the horovod, tf, ps, torch or jax "
             "backend ends)"
         )
-    for info in pools:
+    for host, info in pools:
+        zygote = ""
+        if info.zygote:
+            zygote = f", zygote pid {info.zygote}" + ("" if info.zygote_ready else " (importing)")
         print(
-            f"{info.name}: {info.kind} for {info.python}; keeper pid {info.keeper}; "
-            f"{len(info.idle)} idle, {len(info.starting)} starting, {len(info.claimed)} running "
-            f"a job; {info.memory_bytes / 2**20:.0f} MiB idle; ends after "
-            f"{info.idle_seconds:g} s unused"
+            f"{f'on {host}: ' if host else ''}{info.name}: {info.kind} for {info.python}; "
+            f"keeper pid {info.keeper}; {len(info.idle)} idle, {len(info.starting)} "
+            f"starting, {len(info.claimed)} running a job{zygote}; "
+            f"{info.memory_bytes / 2**20:.0f} MiB idle; ends after {info.idle_seconds:g} s unused"
         )
         if info.error:
             print(f"  error: {info.error}")

@@ -11,6 +11,7 @@ implements them once and the supervisor never touches a pid itself.
 from __future__ import annotations
 
 import re
+import secrets
 import socket
 from abc import ABC, abstractmethod
 from collections.abc import Callable
@@ -155,6 +156,8 @@ class Launcher(ABC):
     def __init__(self, spec: JobSpec, job: JobDir):
         self.spec = spec
         self.job = job
+        # this generation of the job, as warm pools tell runs apart (pool/claims.py)
+        self.run_id = f"{job.id}#{secrets.token_hex(4)}"
 
     @classmethod
     def option_values(cls, spec: JobSpec) -> dict[str, Any]:

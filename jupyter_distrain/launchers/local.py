@@ -5,7 +5,6 @@ from __future__ import annotations
 import dataclasses
 import logging
 import os
-import secrets
 import signal
 import socket
 import subprocess
@@ -36,7 +35,6 @@ from .limits import CpuQuota, cpu_set, thread_env
 
 log = logging.getLogger(__name__)
 
-WORKER_MODULE = "jupyter_distrain.worker"
 PROCESSES_PER_CORE = 4  # oversubscription a local job may ask for
 MIN_PROCESS_LIMIT = 8
 
@@ -70,7 +68,6 @@ class LocalLauncher(Launcher):
         self._pooled_ids: set[ProcessId] = set()  # processes that could come from the pool
         self._pool_env: dict[str, str] | None = None
         self._pool_presence: socket.socket | None = None  # open while the job runs
-        self._run = f"{self.job.path}#{secrets.token_hex(4)}"  # this generation, for the pool
         become_subreaper()
 
     @classmethod
@@ -164,7 +161,7 @@ class LocalLauncher(Launcher):
     def _from_pool(self, launch: _Launch) -> LaunchedProcess | None:
         """A warm process from the job's pool, for a worker bootstrap; None: start cold."""
         argv = launch.proc.argv
-        if not self.spec.pool_socket or argv[1:3] != ["-m", WORKER_MODULE]:
+        if not self.spec.pool_socket or argv[1:3] != ["-m", pool_kinds.WORKER_MODULE]:
             return None
         self._pooled_ids.add(launch.proc.id)
         self._pool_env = launch.env
@@ -179,7 +176,7 @@ class LocalLauncher(Launcher):
                 "log": str(launch.log_path),
                 "cpus": sorted(launch.cpus) if launch.cpus else None,
                 "job": str(self.job.path),
-                "run": self._run,
+                "run": self.run_id,
                 "per_job": pool_kinds.per_job_names(self.spec.env),
                 "ahead": launch.env.get(Env.POOL_AHEAD, "1") != "0",
             },

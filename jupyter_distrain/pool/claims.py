@@ -112,7 +112,8 @@ class Claims:
         """Idle processes a claim may have or wait for: not those its own run's claims
         started for the next run, while they import."""
         run = _run_of(body)
-        return sum(p.ready or p.ahead_of != run for p in self.stock.idle.values())
+        idle = sum(p.ready or p.ahead_of != run for p in self.stock.idle.values())
+        return idle + self.stock.pending(run)
 
     def refuse(self, client: socket.socket, reason: str) -> None:
         """Tell the supervisor to start cold, and hang up."""
@@ -138,9 +139,8 @@ class Claims:
                     close_fds(claim.fds)
                     self.refuse(claim.client, "no pooled process is left")
                     continue
-                for pooled in self.stock.idle.values():  # what the claims wait for
-                    if pooled.ahead_of != _run_of(claim.body):
-                        self.stock.restore(pooled)
+                for pooled in self.stock.waited_for(_run_of(claim.body)):
+                    self.stock.restore(pooled)  # a job waits for them: not lowered now
                 return
             claim = self.waiting.pop(0)
             try:

@@ -14,6 +14,7 @@
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import logging
 import os
 import select
@@ -28,9 +29,10 @@ from typing import Any
 
 import psutil
 
-from ..contract.store import MAX_SOCKET_PATH, check_private, jobs_root
+from ..contract.store import check_private, jobs_root
 from ..launchers.handles import ADOPTED_POLL_SECONDS, AdoptedProcess
 from ..processes import same_process
+from ..timing import poll_until
 from . import wire
 from .kinds import pool_name, pool_prefix
 from .stock import OFF_FILE
@@ -38,6 +40,7 @@ from .stock import OFF_FILE
 log = logging.getLogger(__name__)
 
 CONNECT_SECONDS = 2.0
+KEEPER_START_SECONDS = 5.0  # a keeper just started listens within this
 CLAIM_SECONDS = 15.0  # the keeper waits up to 10 s for the pooled process itself
 BYE_GRACE_SECONDS = 2.0  # a pooled process whose keeper is gone: its bye comes within this
 EXIT_LOST = 255  # it ended with no keeper to report its code, and without a bye
@@ -51,31 +54,62 @@ def pools_dir(root: Path | None = None, create: bool = False) -> Path:
     return path
 
 
-def ensure(kind: str, environ: dict[str, str]) -> str | None:
-    """The socket of the pool for ``kind``, this interpreter and the installed code,
-    starting its keeper (detached, with ``environ``'s pool settings) if none runs; None
-    when that pool was turned off (it could not serve jobs here). Pools of the same kind
-    and interpreter that ran other code are drained. Raises ``OSError`` when the pool
-    cannot live here (an unsafe or too deep directory)."""
+def host_pools_dir(root: Path, create: bool = False) -> Path:
+    """Where the pools of a host that runs jobs for another machine (an ssh host) live:
+    beside the local ones, named by this host's name (hosts may share a home)."""
+    digest = hashlib.sha256(socket.gethostname().encode()).hexdigest()[:10]
+    path = pools_dir(root, create) / f"host-{digest}"
+    if create:
+        path.mkdir(mode=0o700, exist_ok=True)
+    return path
+
+
+def ensure(
+    kind: str, environ: dict[str, str], base: Path | None = None, detach: bool = False
+) -> str | None:
+    """The socket of the pool for ``kind``, this interpreter and the installed code (in
+    ``base``, by default the local pools' directory), starting its keeper (detached,
+    with ``environ``'s pool settings) if none runs; None when that pool was turned off
+    (it could not serve jobs here). Pools of the same kind and interpreter that ran
+    other code are drained. ``detach``: the keeper is not this process's child (call it
+    before this process becomes a subreaper, or the keeper comes back to it), and is
+    listening when this returns. Raises
+    ``OSError`` when the pool cannot live here (an unsafe directory)."""
     name = pool_name(kind)
-    base = pools_dir(create=True)
+    base = base or pools_dir(create=True)
     directory = base / name
     directory.mkdir(mode=0o700, exist_ok=True)
     check_private(directory, "the pool directory")
     if (directory / OFF_FILE).exists():
         return None
     _drain_stale(base, pool_prefix(kind), name)
-    path = directory / "keeper.sock"
-    if len(str(path)) > MAX_SOCKET_PATH:
-        raise OSError(f"the pool's socket path is too long: {path}")
+    path = wire.keeper_socket(directory)
     try:
         wire.connect(str(path), CONNECT_SECONDS).close()
         return str(path)
     except OSError:
         pass
+    argv = [sys.executable, "-m", "jupyter_distrain.pool.keeper", str(directory), kind]
+    if detach:
+        middle = os.fork()  # its child is nobody's here: not swept with what we started
+        if middle == 0:
+            try:
+                _start_keeper(argv, environ, directory)
+            finally:
+                os._exit(0)
+        os.waitpid(middle, 0)
+        # the caller claims at once: its first claim plans the next run's processes
+        poll_until(path.exists, KEEPER_START_SECONDS, 0.02)
+    else:
+        keeper = _start_keeper(argv, environ, directory)
+        threading.Thread(target=keeper.wait, daemon=True).start()  # no zombie in the kernel
+    return str(path)
+
+
+def _start_keeper(argv: list[str], environ: dict[str, str], directory: Path) -> subprocess.Popen:
     with open(directory / "keeper.log", "ab") as out:
-        keeper = subprocess.Popen(
-            [sys.executable, "-m", "jupyter_distrain.pool.keeper", str(directory), kind],
+        return subprocess.Popen(
+            argv,
             stdin=subprocess.DEVNULL,
             stdout=out,
             stderr=subprocess.STDOUT,
@@ -83,18 +117,16 @@ def ensure(kind: str, environ: dict[str, str]) -> str | None:
             cwd=directory,
             start_new_session=True,
         )
-    threading.Thread(target=keeper.wait, daemon=True).start()  # no zombie in the kernel
-    return str(path)
 
 
 def _drain_stale(base: Path, prefix: str, current: str) -> None:
     """Drain the pools named ``prefix...`` but ``current``: their processes imported
     code that is no longer installed."""
-    for stale in base.glob(prefix + "*/keeper.sock"):
-        if stale.parent.name != current:
+    for stale in base.glob(prefix + "*/"):
+        if stale.name != current and wire.keeper_socket(stale).exists():
             with contextlib.suppress(OSError, ValueError):
-                _ask(str(stale), {"op": "drain"})
-                log.info("drained the stale pool %s", stale.parent.name)
+                _ask(str(wire.keeper_socket(stale)), {"op": "drain"})
+                log.info("drained the stale pool %s", stale.name)
 
 
 class PooledProcess(AdoptedProcess):
@@ -152,9 +184,17 @@ class PooledProcess(AdoptedProcess):
         return code
 
 
-def claim(socket_path: str, request: dict[str, Any]) -> PooledProcess | None:
-    """Ask the pool for a process to run ``request`` (argv, env, cwd, log, cpus, job),
-    handing over this process's network namespace; None (and why, logged) if none."""
+def claim(
+    socket_path: str,
+    request: dict[str, Any],
+    output: int | None = None,
+    handoff: int | None = None,
+) -> PooledProcess | None:
+    """Ask the pool for a process to run ``request`` (argv, env, cwd, log, cpus, job,
+    run), handing over this process's network namespace (and ``output``, a descriptor
+    its output goes to instead of a ``log`` file; ``handoff``, the memory file its
+    secret and pushed values are in: ``contract/handoff.py``); None (and why, logged)
+    if none."""
     try:
         connection = wire.connect(socket_path, CONNECT_SECONDS)
     except OSError as exc:
@@ -163,7 +203,9 @@ def claim(socket_path: str, request: dict[str, Any]) -> PooledProcess | None:
     netns = os.open("/proc/self/ns/net", os.O_RDONLY)
     try:
         connection.settimeout(CLAIM_SECONDS)
-        wire.send(connection, {"op": "claim", **request}, [netns])
+        fds = [netns, *(fd for fd in (output, handoff) if fd is not None)]
+        flags = {"output": output is not None, "handoff": handoff is not None}
+        wire.send(connection, {"op": "claim", **request, **flags}, fds)
         answer, _ = wire.receive(connection)
         if answer is None or "pid" not in answer:
             log.info("pool: %s", (answer or {}).get("empty", "no answer"))
@@ -219,17 +261,20 @@ class PoolInfo:
     idle: list[int] = field(default_factory=list)  # ready to take a job
     starting: list[int] = field(default_factory=list)  # still importing
     claimed: list[int] = field(default_factory=list)  # running a job
-    memory_bytes: int = 0  # resident memory of the idle processes together
+    zygote: int = 0  # the process the idle ones are forked from (0: none)
+    zygote_ready: bool = False  # it has imported
+    memory_bytes: int = 0  # resident memory of the idle processes and the zygote together
     idle_seconds: float = 0.0
     error: str = ""
 
 
-def list_pools(root: Path | None = None) -> list[PoolInfo]:
-    """The pools whose keeper is running, with their processes and memory."""
+def list_pools(root: Path | None = None, base: Path | None = None) -> list[PoolInfo]:
+    """The pools whose keeper is running (in ``base``, by default the local pools'
+    directory), with their processes and memory."""
     import json
 
     found = []
-    base = pools_dir(root)
+    base = base or pools_dir(root)
     for state_file in sorted(base.glob("*/state.json")) if base.is_dir() else []:
         try:
             state = json.loads(state_file.read_text())
@@ -248,19 +293,23 @@ def list_pools(root: Path | None = None) -> list[PoolInfo]:
         for row in state.get("idle", []):
             (info.idle if row["ready"] else info.starting).append(row["pid"])
         info.claimed = [row["pid"] for row in state.get("claimed", [])]
-        for pid in [*info.idle, *info.starting]:
+        zygote = state.get("zygote") or {}
+        info.zygote, info.zygote_ready = zygote.get("pid", 0), bool(zygote.get("ready"))
+        for pid in [*info.idle, *info.starting, *([info.zygote] if info.zygote else [])]:
             with contextlib.suppress(psutil.Error):
                 info.memory_bytes += psutil.Process(pid).memory_info().rss
         found.append(info)
     return found
 
 
-def drain(root: Path | None = None) -> int:
-    """End every pool: its idle processes now, its keeper once no job holds one of its
-    processes; returns how many pools were asked."""
+def drain(root: Path | None = None, base: Path | None = None) -> int:
+    """End every pool (in ``base``, by default the local pools' directory): its idle
+    processes now, its keeper once no job holds one of its processes; returns how many
+    pools were asked."""
     asked = 0
-    for info in list_pools(root):
-        path = pools_dir(root) / info.name / "keeper.sock"
+    base = base or pools_dir(root)
+    for info in list_pools(base=base):
+        path = wire.keeper_socket(base / info.name)
         with contextlib.suppress(OSError, ValueError):
             _ask(str(path), {"op": "drain"})
             asked += 1

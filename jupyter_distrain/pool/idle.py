@@ -1,7 +1,15 @@
-"""A pooled process: ``python -m jupyter_distrain.pool.idle FD KIND``, started by a keeper.
+"""A pooled process: ``python -m jupyter_distrain.pool.idle FD KIND [--zygote]``.
 
-It imports its kind's libraries, says it is ready on the socket ``FD`` (its half of a
-pair whose other half the keeper holds) and waits. Closed: it exits. Claimed: it takes
+The keeper starts one *zygote* per environment: it imports its kind's libraries once,
+then forks each idle process on request (``fork``, twice, so that the keeper is the
+new process's parent): a refill costs a fork (~50 ms), not an import (~4 s of CPU),
+so the pool can refill for the next run while a job runs, or straight after it. A
+forked process takes a session of its own and new random seeds (numpy's and torch's
+global generators were seeded at import), then is an idle process as below.
+
+An idle process has its kind's libraries imported, says it is ready on the socket
+``FD`` (its half of a pair whose other half the keeper holds) and waits (the zygote
+hands a forked one its channel with the request). Closed: it exits. Claimed: it takes
 the job's network namespace, environment, working directory, CPUs and log, answers,
 and from then on is the job's worker, exactly as ``python -m jupyter_distrain.worker``
 would be: it runs one job and exits. While idle it dies with its keeper.
@@ -24,6 +32,7 @@ import sys
 import threading
 from typing import Any
 
+from ..contract.process import Env
 from ..processes import die_with_parent, outlive_parent
 from ..timing import poll_until
 from . import wire
@@ -31,6 +40,7 @@ from .kinds import PREIMPORTS
 
 CLONE_NEWNET = 0x40000000
 THREADS_END_SECONDS = 2.0  # how long stopped threads may take to be gone
+SETTLE_SECONDS = 5.0  # how long a forked process may wait for the keeper to adopt it
 
 
 def _libc() -> ctypes.CDLL:
@@ -87,18 +97,28 @@ def enter_network(fd: int) -> None:
 
 
 def become(claim: dict[str, Any], fds: list[int], imported_env: dict[str, str]) -> None:
-    """Take on the job's identity: log, network, environment (with what the imports
-    set, ``imported_env``), directory, CPUs."""
-    log = os.open(claim["log"], os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+    """Take on the job's identity: output (the next descriptor if the claim sends one,
+    else its ``log`` file), network (``fds[0]``), what it is handed in memory (the last
+    descriptor, if the claim sends one), environment (with what the imports set,
+    ``imported_env``), directory, CPUs."""
+    netns, *rest = fds
+    handed = {}
+    if claim.get("handoff") and rest:
+        handed = {Env.HANDOFF_FD: str(rest.pop())}  # read and closed by the worker
+    if claim.get("output") and rest:
+        output = rest[0]
+    else:
+        output = os.open(claim["log"], os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
     sys.stdout.flush()
     sys.stderr.flush()
-    os.dup2(log, 1)
-    os.dup2(log, 2)
-    os.close(log)
-    for fd in fds:
-        enter_network(fd)
-        os.close(fd)
-    env = {**claim["env"], **imported_env}
+    os.dup2(output, 1)
+    os.dup2(output, 2)
+    try:
+        enter_network(netns)
+    finally:
+        for fd in {output, *fds} - {int(v) for v in handed.values()}:
+            os.close(fd)
+    env = {**claim["env"], **imported_env, **handed}
     for name in [k for k in os.environ if k not in env]:
         del os.environ[name]
     for name, value in env.items():
@@ -124,7 +144,75 @@ def _thread_name(tid: int) -> str:
         return str(tid)
 
 
+def serve_forks(sock: socket.socket) -> socket.socket | None:
+    """The zygote's loop: for each ``fork`` request (with the new process's channel as
+    its descriptor), fork an idle process and answer its pid. Returns in that process,
+    with its channel; None in the zygote once the keeper lets it go."""
+    wire.send(sock, {"ready": True})
+    while True:
+        try:
+            body, fds = wire.receive(sock)
+        except (OSError, ValueError):
+            return None
+        if body is None:
+            return None
+        if not body.get("fork") or len(fds) != 1:
+            for fd in fds:
+                os.close(fd)
+            continue
+        pid = _fork_detached()
+        if pid == 0:  # the new idle process
+            sock.close()
+            _settle(int(body.get("keeper", 0)))
+            return socket.socket(fileno=fds[0])
+        os.close(fds[0])
+        wire.send(sock, {"pid": pid})
+
+
+def _fork_detached() -> int:
+    """Fork twice, the middle process exiting at once: the new process is then the
+    keeper's child (a subreaper), as a started one is. Its pid here; 0 in it."""
+    read, write = os.pipe()
+    middle = os.fork()
+    if middle == 0:
+        os.close(read)
+        child = os.fork()
+        if child == 0:
+            os.close(write)
+            return 0
+        os.write(write, str(child).encode())
+        os._exit(0)  # nothing of the zygote's to clean up: it goes on
+    os.close(write)
+    os.waitpid(middle, 0)
+    with os.fdopen(read, "rb") as answer:
+        return int(answer.read() or 0)
+
+
+def _settle(keeper: int) -> None:
+    """A forked idle process: a session (and scheduling group) of its own, dying with
+    the keeper, and random state of its own."""
+    os.setsid()
+    # the keeper is our parent once the middle process has exited (a moment from now)
+    poll_until(lambda: os.getppid() == keeper, SETTLE_SECONDS, 0.001)
+    die_with_parent()
+    if os.getppid() != keeper:  # the keeper is gone already
+        os._exit(0)
+    reseed()
+
+
+def reseed() -> None:
+    """Draw new seeds for the generators that seeded themselves at import, as a process
+    started afresh would (Python's ``random`` does so itself after a fork): without
+    this, every process forked from one zygote would draw the same numbers."""
+    if "numpy" in sys.modules:
+        sys.modules["numpy"].random.seed()
+    if "torch" in sys.modules:
+        sys.modules["torch"].seed()
+
+
 def main(argv: list[str]) -> int:
+    """``FD KIND [--zygote]``: import, then wait for a claim; a zygote waits for fork
+    requests instead, and each process it forks then waits for a claim."""
     fd, kind = int(argv[0]), argv[1]
     die_with_parent()
     sock = socket.socket(fileno=fd)
@@ -135,6 +223,11 @@ def main(argv: list[str]) -> int:
         names = sorted({_thread_name(t) for t in other_threads()})
         wire.send(sock, {"off": f"importing {kind} leaves threads running ({', '.join(names)})"})
         return 0
+    if "--zygote" in argv[2:]:
+        forked = serve_forks(sock)
+        if forked is None:
+            return 0
+        sock = forked
     wire.send(sock, {"ready": True})
     try:
         claim, fds = wire.receive(sock)
@@ -147,7 +240,7 @@ def main(argv: list[str]) -> int:
     except CannotEnter as exc:
         wire.send(sock, {"error": str(exc), "off": True})
         return 3
-    except (OSError, KeyError, TypeError) as exc:
+    except (OSError, KeyError, TypeError, ValueError) as exc:
         wire.send(sock, {"error": str(exc)})
         return 3
     outlive_parent()  # the job's now: it outlives the keeper

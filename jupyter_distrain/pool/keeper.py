@@ -72,7 +72,7 @@ class Keeper:
         self.running: set[socket.socket] = set()  # supervisors of running jobs
         self.last_used = time.monotonic()
         self._saved = ""
-        path = directory / "keeper.sock"
+        path = wire.keeper_socket(directory)
         path.unlink(missing_ok=True)
         self.listener = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         self.listener.bind(str(path))
@@ -94,7 +94,7 @@ class Keeper:
         """Serve until the pool is empty, no job holds one of its processes, and it has
         been unused for the idle limit."""
         log.info("keeper of %s pool %s, pid %d", self.kind, self.dir.name, os.getpid())
-        while self.claims.claimed or self.stock.idle or not self._unused():
+        while self.claims.claimed or self.stock.pids() or not self._unused():
             for key, _ in self.selector.select(TICK_SECONDS):
                 self._step(key.data, key.fileobj)
             self._reap()
@@ -120,7 +120,7 @@ class Keeper:
         self.stock.drain("the keeper ends")  # claimed processes are their jobs' now
         self.listener.close()
         with contextlib.suppress(OSError):
-            (self.dir / "keeper.sock").unlink(missing_ok=True)
+            wire.keeper_socket(self.dir).unlink(missing_ok=True)
             (self.dir / "state.json").unlink(missing_ok=True)
 
     def _woken(self, fd: int) -> None:
@@ -156,7 +156,7 @@ class Keeper:
         self.claims.serve()
 
     def _pool_pids(self) -> set[int]:
-        return {*self.stock.idle, *self.claims.claimed}
+        return {*self.stock.pids(), *self.claims.claimed}
 
     def _reap(self) -> None:
         self.stock.reap()
@@ -213,6 +213,7 @@ class Keeper:
             "idle_seconds": self.settings.idle_seconds,
             "error": self.stock.error or self.stock.off,
             "idle": self.stock.rows(),
+            "zygote": self.stock.zygote_row(),
             "claimed": self.claims.rows(),
         }
 

@@ -23,6 +23,8 @@ from .. import __version__
 from ..contract.process import Env, JaxEnv
 from ..frameworks import TENSORFLOW_DISTRIBUTIONS, installed_version
 
+WORKER_MODULE = "jupyter_distrain.worker"  # what a pooled process becomes: the worker bootstrap
+
 # backend -> the kind of pooled process that serves it
 KIND_OF_BACKEND = {
     "horovod": "horovod", "tf": "tensorflow", "ps": "tensorflow", "torch": "torch", "jax": "jax",
@@ -54,7 +56,8 @@ _PACKAGE_DIR = Path(__file__).resolve().parent.parent
 
 # set per job or per process, read after import (by hvd.init, the TF runtime, the
 # worker bootstrap): a pooled process takes them at claim time
-_PER_JOB_PREFIXES = ("JUPYTER_DISTRAIN_", "HOROVOD_", "OMPI_", "PMI_", "JPY_")
+# (an ssh session's SSH_CONNECTION names its client's port: new for every connection)
+_PER_JOB_PREFIXES = ("JUPYTER_DISTRAIN_", "HOROVOD_", "OMPI_", "PMI_", "JPY_", "SSH_")
 _PER_JOB_NAMES = {"TF_CONFIG", "CUDA_VISIBLE_DEVICES", "PWD", "OLDPWD"}
 # torchrun's variables (backends/torch.py), read by init_process_group
 _PER_JOB_NAMES |= {

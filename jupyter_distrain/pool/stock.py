@@ -11,6 +11,7 @@ import dataclasses
 import logging
 import os
 import selectors
+import signal
 import socket
 import subprocess
 import sys
@@ -29,7 +30,9 @@ from .settings import Settings
 log = logging.getLogger("jupyter_distrain.pool")
 
 MIN_FREE_BYTES = 2 * 2**30
-PROCESS_BYTES = 512 * 2**20  # what a process still importing counts, before one is ready
+FORK_SECONDS = 5.0  # the zygote answers a fork request within this
+PROCESS_BYTES = 512 * 2**20  # what a zygote still importing counts, before one was ready
+FORK_BYTES = 64 * 2**20  # what a forked process counts, before one was measured
 OFF_FILE = "off"  # in the pool directory: why the pool is off
 
 
@@ -37,7 +40,7 @@ OFF_FILE = "off"  # in the pool directory: why the pool is off
 class Pooled:
     """One process of the pool: idle (``channel`` open) or claimed by a job (``client``)."""
 
-    popen: subprocess.Popen[bytes]
+    popen: subprocess.Popen[bytes] | Forked
     channel: socket.socket | None
     since: float
     ready: bool = False
@@ -49,6 +52,49 @@ class Pooled:
     @property
     def pid(self) -> int:
         return self.popen.pid
+
+
+class Forked:
+    """A process the zygote forked: the keeper's child (the keeper is a subreaper and
+    the process's first parent exited at once), with the calls of ``Popen`` the pool
+    makes, on its pid."""
+
+    def __init__(self, pid: int):
+        self.pid = pid
+        self.returncode: int | None = None
+
+    def poll(self) -> int | None:
+        if self.returncode is None:
+            try:
+                pid, status = os.waitpid(self.pid, os.WNOHANG)
+            except ChildProcessError:  # not ours (cannot be: its pid is kept from reaping)
+                self.returncode = -signal.SIGKILL
+                return self.returncode
+            if pid:
+                self.returncode = os.waitstatus_to_exitcode(status)
+        return self.returncode
+
+    def wait(self, timeout: float | None = None) -> int:
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while (code := self.poll()) is None:
+            if deadline is not None and time.monotonic() > deadline:
+                raise subprocess.TimeoutExpired(str(self.pid), timeout or 0)
+            time.sleep(0.02)
+        return code
+
+    def terminate(self) -> None:
+        os.kill(self.pid, signal.SIGTERM)
+
+    def kill(self) -> None:
+        os.kill(self.pid, signal.SIGKILL)
+
+
+def private_bytes(pid: int) -> int:
+    """The memory only ``pid`` holds (its unique set size); 0 if it cannot be read."""
+    try:
+        return int(psutil.Process(pid).memory_full_info().uss)
+    except psutil.Error:
+        return 0
 
 
 def close_fds(fds: list[int]) -> None:
@@ -74,11 +120,13 @@ class Stock:
         self.selector = selector
         self.on_ready = on_ready
         self.idle: dict[int, Pooled] = {}
+        self.zygote: Pooled | None = None  # imported with ``env``; forks the idle ones
         self.target = 0
         self.env: dict[str, str] | None = None  # what idle processes import with
         self.error = ""  # a process failed to start: no refill until the next want
         self.off = ""  # why this pool can never serve a job ("" while it can)
-        self.process_bytes = PROCESS_BYTES  # the size of the last process that got ready
+        self.process_bytes = PROCESS_BYTES  # the size of the last zygote that got ready
+        self.fork_bytes = FORK_BYTES  # what the last forked process held alone
         self.background = False  # start processes at idle priority (a job is running)
         self.ahead_of = ""  # the run whose claims start processes now (for the next)
 
@@ -108,7 +156,7 @@ class Stock:
     def foreground(self) -> None:
         """No job runs, or one waits: every idle process back to normal priority."""
         self.background = False
-        for pooled in self.idle.values():
+        for pooled in self._processes():
             self.restore(pooled)
 
     def restore(self, pooled: Pooled) -> None:
@@ -118,21 +166,32 @@ class Stock:
             pooled.lowered = False
 
     def refill(self) -> None:
-        """Start idle processes up to the target, as memory allows."""
+        """Fork idle processes up to the target, as memory allows, once the zygote has
+        imported (it is started first)."""
         if self.env is None or self.error or self.off:
             return
-        while len(self.idle) < self.target and self._room():
-            self._start()
+        if self.zygote is None:
+            if len(self.idle) < self.target and self._room():
+                self.zygote = self._start()
+            return
+        while self.zygote.ready and len(self.idle) < self.target and self._room():
+            if not self._fork(self.zygote):
+                return
 
     def _room(self) -> bool:
-        """Whether memory allows one more idle process: the ready ones as they are, each
-        one still importing (and the next) at the size of the last that got ready."""
+        """Whether memory allows one more process: the zygote at its size (while it
+        imports, at the size the last one had), and each idle process at what it holds
+        alone (what it wrote since the fork: it shares the rest with the zygote)."""
         if psutil.virtual_memory().available < MIN_FREE_BYTES:
             return False
-        ready = [tree_rss(p.pid) for p in self.idle.values() if p.ready]
-        starting = len(self.idle) - len(ready)
-        held = sum(ready) + starting * self.process_bytes
-        return held + self.process_bytes <= self.settings.memory_bytes
+        zygote = self.zygote
+        if zygote is None:
+            return self.process_bytes <= self.settings.memory_bytes
+        held = tree_rss(zygote.pid) if zygote.ready else self.process_bytes
+        held += sum(
+            private_bytes(p.pid) if p.ready else self.fork_bytes for p in self.idle.values()
+        )
+        return held + self.fork_bytes <= self.settings.memory_bytes
 
     def turn_off(self, why: str) -> None:
         """This pool can never serve a job here: end its processes, say why once (in the
@@ -145,7 +204,8 @@ class Stock:
         with contextlib.suppress(OSError):
             (self.dir / OFF_FILE).write_text(why + "\n")
 
-    def _start(self) -> None:
+    def _start(self) -> Pooled:
+        """The zygote: a process that imports with ``env``, then forks idle ones."""
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         lowered = self.background
 
@@ -157,7 +217,7 @@ class Stock:
         with open(self.dir / "pool.log", "ab") as out:
             popen = subprocess.Popen(
                 [sys.executable, "-m", "jupyter_distrain.pool.idle", str(theirs.fileno())]
-                + [self.kind],
+                + [self.kind, "--zygote"],
                 stdin=subprocess.DEVNULL,
                 stdout=out,
                 stderr=subprocess.STDOUT,
@@ -168,13 +228,37 @@ class Stock:
                 preexec_fn=preexec,
             )
         theirs.close()
-        pooled = Pooled(popen, ours, time.time(), lowered=lowered, ahead_of=self.ahead_of)
-        self.idle[popen.pid] = pooled
         self.selector.register(ours, selectors.EVENT_READ, self._message)
-        log.info("started pooled pid %d%s", popen.pid, " at idle priority" * lowered)
+        log.info("started the zygote, pid %d%s", popen.pid, " at idle priority" * lowered)
+        return Pooled(popen, ours, time.time(), lowered=lowered, ahead_of=self.ahead_of)
+
+    def _fork(self, zygote: Pooled) -> bool:
+        """One more idle process, forked by the zygote; False if it could not."""
+        assert zygote.channel is not None
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        try:
+            wire.send(zygote.channel, {"fork": True, "keeper": os.getpid()}, [theirs.fileno()])
+            zygote.channel.settimeout(FORK_SECONDS)
+            answer, _ = wire.receive(zygote.channel)
+        except (OSError, ValueError) as exc:
+            answer = {"error": str(exc)}
+        finally:
+            theirs.close()
+            zygote.channel.settimeout(None)
+        if not answer or not isinstance(answer.get("pid"), int) or answer["pid"] <= 0:
+            ours.close()
+            log.warning("the zygote could not fork: %s", (answer or {}).get("error", "it ended"))
+            return False
+        pooled = Pooled(
+            Forked(answer["pid"]), ours, time.time(), lowered=zygote.lowered, ahead_of=self.ahead_of
+        )
+        self.idle[pooled.pid] = pooled
+        self.selector.register(ours, selectors.EVENT_READ, self._message)
+        log.info("forked pooled pid %d", pooled.pid)
+        return True
 
     def _message(self, channel: socket.socket) -> None:
-        pooled = next(p for p in self.idle.values() if p.channel is channel)
+        pooled = next(p for p in self._processes() if p.channel is channel)
         try:
             body, _ = wire.receive(channel)
         except (OSError, ValueError):
@@ -186,8 +270,23 @@ class Stock:
             self.turn_off(str(body["off"]))
         elif body.get("ready"):
             pooled.ready, pooled.since = True, time.time()
-            self.process_bytes = tree_rss(pooled.pid) or self.process_bytes
+            if pooled is self.zygote:
+                self.process_bytes = tree_rss(pooled.pid) or self.process_bytes
+            else:
+                self.fork_bytes = private_bytes(pooled.pid) or self.fork_bytes
             self.on_ready()
+
+    def _processes(self) -> list[Pooled]:
+        """The idle processes and the zygote."""
+        return [*self.idle.values(), *([self.zygote] if self.zygote else [])]
+
+    def waited_for(self, run: str) -> list[Pooled]:
+        """The processes a claim of ``run`` waits for (not those started for its next)."""
+        return [p for p in self._processes() if p.ahead_of != run]
+
+    def pids(self) -> set[int]:
+        """The pids of the idle processes and of the zygote."""
+        return {p.pid for p in self._processes()}
 
     def _close_channel(self, pooled: Pooled) -> None:
         if pooled.channel is not None:
@@ -209,10 +308,11 @@ class Stock:
         return channel
 
     def drain(self, why: str) -> None:
-        """End every idle process now; none is started until the next want."""
+        """End every idle process and the zygote now; none is started until the next
+        want."""
         if self.idle:
             log.info("ending %d idle processes: %s", len(self.idle), why)
-        for pooled in list(self.idle.values()):
+        for pooled in self._processes():
             self._close_channel(pooled)
             with contextlib.suppress(ProcessLookupError):
                 pooled.popen.terminate()
@@ -221,21 +321,33 @@ class Stock:
             except subprocess.TimeoutExpired:
                 pooled.popen.kill()
                 pooled.popen.wait()
-            del self.idle[pooled.pid]
+        self.idle.clear()
+        self.zygote = None
         self.target = 0
 
     def reap(self) -> None:
-        """Forget idle processes that ended; one that ended before it was ready stops
-        refills (see ``pool.log``)."""
-        for pooled in list(self.idle.values()):
+        """Forget idle processes (and a zygote) that ended; one that ended before it was
+        ready stops refills (see ``pool.log``)."""
+        for pooled in self._processes():
             code = pooled.popen.poll()
             if code is None:
                 continue
-            del self.idle[pooled.pid]
+            if pooled is self.zygote:
+                self.zygote = None
+            else:
+                del self.idle[pooled.pid]
             self._close_channel(pooled)
             if not pooled.ready:
                 self.error = f"a pooled process failed to start (exit {code}): see pool.log"
                 log.error("%s", self.error)
+
+    def pending(self, run: str) -> int:
+        """How many idle processes the zygote is yet to fork for a claim of ``run``:
+        none while it imports for that run's next (it is for the run after)."""
+        zygote = self.zygote
+        if zygote is None or (zygote.ahead_of == run and not zygote.ready):
+            return 0
+        return max(0, self.target - len(self.idle))
 
     def rows(self) -> list[dict[str, Any]]:
         """The idle processes, as ``state.json`` lists them."""
@@ -243,3 +355,8 @@ class Stock:
             {"pid": p.pid, "ready": p.ready, "since": p.since, "lowered": p.lowered}
             for p in self.idle.values()
         ]
+
+    def zygote_row(self) -> dict[str, Any] | None:
+        """The zygote, as ``state.json`` shows it."""
+        z = self.zygote
+        return None if z is None else {"pid": z.pid, "ready": z.ready, "lowered": z.lowered}

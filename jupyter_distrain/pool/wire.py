@@ -3,13 +3,29 @@ passed alongside (a network namespace, say)."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import socket
+from pathlib import Path
 from typing import Any
+
+from ..contract.private import runtime_dir
+from ..contract.store import MAX_SOCKET_PATH
 
 MAX_MESSAGE = 1 << 20
 MAX_FDS = 4
+
+
+def keeper_socket(directory: Path) -> Path:
+    """Where the keeper of the pool in ``directory`` listens: ``keeper.sock`` there, or,
+    where that path is too long for a Unix socket (a deep home), in this user's private
+    runtime directory, named by a digest of ``directory``."""
+    path = directory / "keeper.sock"
+    if len(str(path)) <= MAX_SOCKET_PATH:
+        return path
+    digest = hashlib.sha256(str(directory).encode()).hexdigest()[:16]
+    return runtime_dir() / f"pool-{digest}.sock"
 
 
 def send(sock: socket.socket, body: dict[str, Any], fds: list[int] | None = None) -> None:

@@ -38,6 +38,7 @@ class ProcessEvents:
             record.pid, record.create_time = body["pid"], entry.handle.create_time
         if not record.pid and entry.handle is not None:  # a remote pid, known since start
             record.pid, record.create_time = entry.handle.pid, entry.handle.create_time
+            record.pooled = entry.handle.pooled  # from the host's pool
         record.host = str(body.get("host") or record.host)
         record.address = str(body.get("address") or record.address)
         record.state = "running"

@@ -63,8 +63,10 @@ def release_lost(job: JobDir) -> None:
 
 
 def kill_pooled(status: JobStatus) -> list[int]:
-    """Kill the job's pooled processes that still run (their keeper may be gone too);
-    the pids killed."""
+    """Kill the job's pooled processes that still run here (their keeper may be gone
+    too); the pids killed. A host's pooled processes end with their agent's session."""
+    if status.launcher not in ("", "local"):
+        return []
     rows = [row for row in status.processes if row.pooled]
     return [row.pid for row in rows if row.pid and kill_tree(row.pid, row.create_time)]
 

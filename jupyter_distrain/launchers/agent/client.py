@@ -122,6 +122,7 @@ class AgentClient:
         self.pid = 0
         self.create_time = 0.0
         self.rss = 0
+        self.pooled = False  # the process came from the host's warm pool
         self.exit_code: int | None = None  # as the agent reported it
         self.errors: list[str] = []  # the unmarked lines: what ssh or the agent said
         self._started = threading.Event()
@@ -143,6 +144,7 @@ class AgentClient:
                 report = json.loads(line[len(MARK) :])
                 if "pid" in report:
                     self.pid, self.create_time = report["pid"], report["create_time"]
+                    self.pooled = bool(report.get("pooled"))
                     self._started.set()
                 self.rss = report.get("rss", self.rss)
                 if "exit" in report:
@@ -212,6 +214,10 @@ class AgentProcess(LaunchedProcess):
     @property
     def create_time(self) -> float | None:  # type: ignore[override]
         return self.agent.create_time if self.agent.pid else None
+
+    @property
+    def pooled(self) -> bool:  # type: ignore[override]
+        return self.agent.pooled
 
     def signal(self, sig: int, tree: bool = False) -> None:
         self.agent.signal(sig, tree)

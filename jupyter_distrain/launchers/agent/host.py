@@ -16,7 +16,9 @@ One short program per ssh session, light to import (no TensorFlow, no ZeroMQ):
 - ``run DIR``: start one process (its argv, environment and working directory come as
   the first JSON line on stdin) with its output on this session's stdout; report its
   pid and start time, its memory and finally its exit code as marked lines on stderr;
-  take ``signal`` and ``ping`` commands from stdin. When stdin ends (the connection
+  take ``signal`` and ``ping`` commands from stdin. A worker the request asks to take
+  from the pool (``pool``) is claimed from this host's warm pool when it has one
+  ready (:mod:`.pooled`). When stdin ends (the connection
   or the supervisor is gone) or no ``ping`` came for ``HEARTBEAT_TIMEOUT`` seconds,
   the whole process tree is killed: nothing outlives its connection.
 - ``guard DIR``: hold the host while processes that another program started (mpirun's
@@ -24,6 +26,8 @@ One short program per ssh session, light to import (no TensorFlow, no ZeroMQ):
 - ``send DIR``: stream a tar of what the job produced there that comes back
   (:data:`RETURNED`: its result, its checkpoints; regular files and directories only)
   to stdout, as it is read; the directory stays.
+- ``pools [--drain]``: this host's warm pools as a JSON list (:mod:`.pooled`), after
+  asking them to end their idle processes with ``--drain``.
 - ``remove DIR``: remove the job's directory here (once the notebook side has stored
   what ``send`` sent). ``finish DIR`` is both, as older launchers ask.
 """
@@ -36,6 +40,7 @@ import json
 import os
 import select
 import shutil
+import signal
 import socket
 import stat
 import subprocess
@@ -43,7 +48,7 @@ import sys
 import tarfile
 import time
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, Protocol
 
 from ... import __version__, processes
 from ...contract.handoff import memory_file
@@ -51,7 +56,7 @@ from ...contract.process import Env
 
 # What the launcher and this agent must agree on: raised with every change to the
 # commands, their arguments or their answers (the pre-flight refuses another).
-PROTOCOL = 3
+PROTOCOL = 4
 JOBS_ROOT = ".jupyter_distrain/jobs"  # under the user's home: JOB/HOSTNAME per job and host
 OWNER = "owner"  # in a job's host directory: the id of the notebook that made it
 MARK = "\x1ejupyter_distrain "  # starts every line the agent writes to stderr
@@ -260,26 +265,40 @@ def remove_leftovers(notebook: str, live: set[str]) -> list[str]:
 
 
 # --- running one process ------------------------------------------------------------------
-def _kill_all(process: subprocess.Popen[bytes]) -> None:
-    """Kill the process and everything below this agent (orphans come to us: subreaper)."""
+class Running(Protocol):
+    """What ``run`` runs: a ``Popen`` it started, or a pooled process (the keeper's
+    child, not below this agent)."""
+
+    pid: int
+
+    def poll(self) -> int | None: ...
+
+
+def _kill_all(process: Running) -> None:
+    """Kill the process and everything below this agent (orphans come to us: subreaper);
+    a pooled process's tree explicitly, since it is not below us."""
     import psutil
 
+    if not isinstance(process, subprocess.Popen):
+        with contextlib.suppress(psutil.Error):
+            processes.signal_tree(psutil.Process(process.pid), signal.SIGKILL)
     processes.kill_descendants()
-    with contextlib.suppress(subprocess.TimeoutExpired):
-        process.wait(0.5)
+    deadline = time.monotonic() + 0.5
+    while process.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.02)
     for member in psutil.Process().children():
         with contextlib.suppress(psutil.NoSuchProcess, psutil.TimeoutExpired):
             member.wait(0.5)
 
 
-def _signal(process: subprocess.Popen[bytes], sig: int, tree: bool) -> None:
+def _signal(process: Running, sig: int, tree: bool) -> None:
     import psutil
 
     with contextlib.suppress(ProcessLookupError, psutil.NoSuchProcess):
         if tree:
             processes.signal_tree(psutil.Process(process.pid), sig)
         else:
-            process.send_signal(sig)
+            os.kill(process.pid, sig)
 
 
 def _wait_for_sockets(paths: list[str]) -> None:
@@ -316,15 +335,35 @@ class CommandReader:
 
 
 def run(directory: Path) -> int:
-    """Run the process described on stdin's first line until it exits or we are cut off."""
+    """Run the process described on stdin's first line until it exits or we are cut off:
+    taken from this host's warm pool when the request asks for one and it has one
+    ready, else started here."""
     import psutil
 
-    processes.become_subreaper()
+    from .pooled import from_pool, pool_for
+
     commands = CommandReader(sys.stdin.fileno())
     request = json.loads(commands.first_line())
+    env = {**os.environ, **request["env"]}
+    pool_socket = pool_for(request, env)  # its keeper is not ours to sweep: before this
+    processes.become_subreaper()
     _wait_for_sockets(request.get("sockets", []))
     os.chdir(directory)
-    env = {**os.environ, **request["env"]}
+    pooled = from_pool(pool_socket, request, env, directory) if pool_socket else None
+    process = pooled[0] if pooled else _start(request, env)
+    try:
+        create_time = psutil.Process(process.pid).create_time()
+        report(pid=process.pid, create_time=create_time, pooled=pooled is not None)
+        return _serve(process, commands)
+    except OSError:  # the connection is gone (a write to it failed)
+        _kill_all(process)
+        return 1
+    finally:
+        if pooled and pooled[1] is not None:
+            pooled[1].close()
+
+
+def _start(request: dict[str, Any], env: dict[str, str]) -> subprocess.Popen[bytes]:
     cpus = request.get("cpus")
     handed: tuple[int, ...] = ()
     if "handoff" in request:  # the secret and pushed values, in memory (contract/handoff.py)
@@ -348,15 +387,10 @@ def run(directory: Path) -> int:
     )
     for fd in handed:
         os.close(fd)
-    try:
-        report(pid=process.pid, create_time=psutil.Process(process.pid).create_time())
-        return _serve(process, commands)
-    except OSError:  # the connection is gone (a write to it failed)
-        _kill_all(process)
-        return 1
+    return process
 
 
-def _serve(process: subprocess.Popen[bytes], commands: CommandReader) -> int:
+def _serve(process: Running, commands: CommandReader) -> int:
     """Relay commands and reports until the process exits; kill it when cut off."""
     heard = reported = time.monotonic()
     code: int | None = None
@@ -467,6 +501,7 @@ def main(argv: list[str]) -> int:
     check.add_argument("--interface", default="")
     check.add_argument("--ports", type=int, default=0)
     check.add_argument("--leftovers", action="store_true", help="read the live jobs on stdin")
+    commands.add_parser("pools").add_argument("--drain", action="store_true")
     for name in ("unpack", "run", "guard", "send", "remove", "finish"):
         command = commands.add_parser(name)
         command.add_argument("directory")
@@ -480,6 +515,11 @@ def main(argv: list[str]) -> int:
             removed = remove_leftovers(claims["notebook"], set(claims.get("live", [])))
         found = preflight(args.backend, args.interface, args.ports)
         print(json.dumps({**found, "removed": removed}), flush=True)
+        return 0
+    if args.command == "pools":
+        from .pooled import pools
+
+        print(json.dumps(pools(args.drain)), flush=True)
         return 0
     directory = Path(args.directory).expanduser()
     if args.command == "unpack":

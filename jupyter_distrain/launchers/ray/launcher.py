@@ -51,6 +51,7 @@ from ...contract.spec import JobSpec, SpecError
 from ..agent.client import EXIT_LOST, handoff_of, job_files_archive, other_version
 from ..agent.delivery import Delivery, PulledStream, Received, one_line, result_slots
 from ..agent.host import PROTOCOL, route_source
+from ..agent.pooled import pool_request
 from ..base import LaunchedProcess, Launcher, LauncherOption, ProcessSpec, Slot
 from ..isolation import private_network
 from ..limits import thread_env
@@ -215,6 +216,7 @@ class RayProcess(LaunchedProcess):
         self.log_path = log_path
         self.pid = started["pid"]
         self.create_time = started["create_time"]
+        self.pooled = bool(started.get("pooled"))  # from the node's warm pool
         self.rss = 0
         self._code: int | None = None
         self._done = threading.Event()
@@ -419,6 +421,9 @@ class RayLauncher(Launcher):
         python = self.spec.python or sys.executable
         self._result_slots.update(slot.index for slot in result_slots(proc))
         request = {"argv": proc.argv, "env": env, "handoff": self._handoff}
+        pool = pool_request(self.spec, proc.argv, env, self.run_id)
+        if pool:  # from the node's warm pool, when it has one ready
+            request["pool"] = pool
         started = ray.get(
             actor.handle.start.remote(request, str(proc.id), python),
             timeout=CALL_SECONDS,

@@ -109,9 +109,10 @@ class SlotAgent:
         return agent_host.free_ports(address, count)
 
     def start(self, request: dict[str, Any], name: str, python: str) -> dict[str, Any]:
-        """Start the process described by ``request`` (argv, env) with its output in
+        """Start the process described by ``request`` (argv, env, and ``pool`` when it
+        may come from this node's warm pool) with its output in
         ``logs/<name>.log`` here; ``python``, the supervisor's interpreter, is replaced by
-        this node's in argv. Returns its pid and start time."""
+        this node's in argv. Returns its pid, start time and whether it was pooled."""
         if self.link is not None:
             raise RuntimeError("this slot already runs a process")
         argv = list(request["argv"])
@@ -120,12 +121,14 @@ class SlotAgent:
         env = {**request["env"], Env.JOB_DIR: str(self.directory)}
         self.log_path = self.directory / "logs" / f"{name}.log"
         handed = {"argv": argv, "env": env, "handoff": request["handoff"]}  # kept in memory
+        if "pool" in request:  # from this node's warm pool (agent/pooled.py)
+            handed["pool"] = request["pool"]
         self.link = AgentLink(self.directory, self.log_path, handed)
         agent = self.link.agent
         if not agent.wait_started(START_SECONDS):
             said = agent.said("no report from the agent")
             raise RuntimeError(f"the process did not start: {said}")
-        return {"pid": agent.pid, "create_time": agent.create_time}
+        return {"pid": agent.pid, "create_time": agent.create_time, "pooled": agent.pooled}
 
     def pump(self, offset: int) -> dict[str, Any]:
         """New output from ``offset`` on, the process's memory, and its exit code once it

@@ -33,11 +33,13 @@ from ...contract.spec import JobSpec, SpecError
 from ...contract.store import runtime_dir
 from ..agent.client import HANG_UP_SECONDS, job_files_archive, notebook_id
 from ..agent.delivery import Delivery, result_slots
+from ..agent.pooled import pool_request
 from ..base import LaunchedProcess, Launcher, LauncherOption, ProcessSpec, Slot, in_range, matching
 from ..limits import thread_env
 from .bring_back import bring_back
 from .handles import RemoteRank, SshProcess
 from .mpi import start_mpirun
+from .pools import remember as remember_pool_host
 from .preflight import RemoteHost, preflight, remote_socket
 from .session import RemoteError, SshOptions, on_each
 
@@ -114,6 +116,7 @@ class SshLauncher(Launcher):
         self._mpirun: LaunchedProcess | None = None
         self._starts = 0
         self._result_hosts: set[str] = set()  # the host of rank 0: the result comes from it
+        self._pooled_hosts: set[str] = set()  # hosts asked for warm processes
 
     @classmethod
     def check_capacity(cls, spec: JobSpec, processes: int) -> JobSpec:
@@ -219,6 +222,12 @@ class SshLauncher(Launcher):
             "env": env,
             "sockets": [f.split(":")[0] for f in forwards[1::2]],
         }
+        pool = pool_request(self.spec, proc.argv, env, self.run_id)
+        if pool:
+            request["pool"] = pool
+            if name not in self._pooled_hosts:
+                self._pooled_hosts.add(name)
+                remember_pool_host(name, self.options)
         # not waiting for its pid: the next start's ssh connects meanwhile
         return self._session(name, ["run", directory], forwards, log_path, request)
 
