@@ -52,7 +52,7 @@ class Claims:
         self.selector = selector
         self.waiting: list[Waiting] = []  # claims for processes still importing
         self.claimed: dict[int, Pooled] = {}
-        self.ahead = ahead  # refill at claim time, at idle priority (see priority.py)
+        self.ahead = ahead  # refill at claim time, what imports lowered (see priority.py)
         self._run, self._count = "", 0  # the run that claimed last, and how many
 
     def refusal(self, body: dict[str, Any]) -> str:
@@ -81,9 +81,10 @@ class Claims:
         return ""
 
     def claim(self, client: socket.socket, body: dict[str, Any], fds: list[int]) -> None:
-        """Queue the claim for the next ready process; a process still importing at
-        normal priority is worth waiting for (a cold start would import beside it, on
-        the same cores), one importing at idle priority is for the next run."""
+        """Queue the claim for the next ready process. One still being made for an
+        earlier run (a fork, or the zygote importing) is worth waiting for: a cold start
+        would import beside it, on the same cores. One this claim's own run asked for is
+        for the run after."""
         reason = self.refusal(body)
         if self._ahead(body) and not self._unfit(body):
             self._plan_ahead(body)

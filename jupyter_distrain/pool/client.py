@@ -35,7 +35,7 @@ from ..processes import same_process
 from ..timing import poll_until
 from . import wire
 from .kinds import pool_name, pool_prefix
-from .stock import OFF_FILE
+from .stock import OFF_FILE, private_bytes
 
 log = logging.getLogger(__name__)
 
@@ -263,7 +263,7 @@ class PoolInfo:
     claimed: list[int] = field(default_factory=list)  # running a job
     zygote: int = 0  # the process the idle ones are forked from (0: none)
     zygote_ready: bool = False  # it has imported
-    memory_bytes: int = 0  # resident memory of the idle processes and the zygote together
+    memory_bytes: int = 0  # the zygote's resident memory and what each idle one holds alone
     idle_seconds: float = 0.0
     error: str = ""
 
@@ -295,9 +295,11 @@ def list_pools(root: Path | None = None, base: Path | None = None) -> list[PoolI
         info.claimed = [row["pid"] for row in state.get("claimed", [])]
         zygote = state.get("zygote") or {}
         info.zygote, info.zygote_ready = zygote.get("pid", 0), bool(zygote.get("ready"))
-        for pid in [*info.idle, *info.starting, *([info.zygote] if info.zygote else [])]:
+        # forked from the zygote, an idle process shares most of its pages with it
+        info.memory_bytes = sum(private_bytes(pid) for pid in [*info.idle, *info.starting])
+        if info.zygote:
             with contextlib.suppress(psutil.Error):
-                info.memory_bytes += psutil.Process(pid).memory_info().rss
+                info.memory_bytes += psutil.Process(info.zygote).memory_info().rss
         found.append(info)
     return found
 
