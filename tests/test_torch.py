@@ -88,12 +88,16 @@ def test_two_ranks_on_different_data_end_with_the_weights_torchrun_gives(jobs_ro
     program = tmp_path / "train.py"
     program.write_text(DDP_PROGRAM)
     torchrun = Path(sys.executable).with_name("torchrun")
-    run = subprocess.run(
-        [str(torchrun), "--standalone", "--nproc-per-node", "2", str(program)],
-        capture_output=True,
-        text=True,
-        timeout=240,
-    )
+    for _ in range(2):  # the reference itself: once in a full run, torchrun's rank 0
+        # aborted in Gloo (SIGABRT, outside our code); a second try then passed
+        run = subprocess.run(
+            [str(torchrun), "--standalone", "--nproc-per-node", "2", str(program)],
+            capture_output=True,
+            text=True,
+            timeout=240,
+        )
+        if "Signal 6 (SIGABRT)" not in run.stderr:
+            break
     assert run.returncode == 0, run.stderr[-2000:]
     by_torchrun = {m.group(5) for m in SAID.finditer(run.stdout)}
     assert by_torchrun == {ranks[0].group(5)}
