@@ -9,20 +9,20 @@ private directory:
   process's exit code when it ends (the keeper is its parent). A supervisor that
   goes away first takes its process with it (killed, with what it started).
 - ``running`` (from a supervisor, before its first claim): a job runs while this
-  connection is open; processes started meanwhile import at idle priority.
+  connection is open; a zygote started meanwhile imports lowered (``priority``).
 - ``want`` (from a supervisor whose job ended): keep this many idle processes,
   imported with this environment; refilled at once, in the background.
-
-Where a process can be lowered and put back (``priority.can_lower``), each claim also keeps the
-pool one run ahead: as many processes as the claiming job has asked for are started
-for its next run at once, at idle priority, rather than when it ends.
 - ``drain``: end every idle process now, and the keeper once no job holds one.
 
-Bounded: at most ``JUPYTER_DISTRAIN_POOL_SIZE`` idle processes (4), together at most
-``JUPYTER_DISTRAIN_POOL_MEMORY`` GiB (a quarter of the RAM; those still importing
-counted at the size of the last one that got ready), none started while less than
-2 GiB is free; unused for ``JUPYTER_DISTRAIN_POOL_IDLE`` seconds (600), the pool
-empties and the keeper exits. ``state.json`` in the pool directory says what it holds.
+Where what imports beside a job can be lowered and put back (``priority.can_lower``),
+each claim also keeps the pool one run ahead: as many processes as the claiming run
+has asked for are forked for the next run at once, rather than when it ends.
+
+Bounded: at most ``JUPYTER_DISTRAIN_POOL_SIZE`` idle processes (4), with their zygote
+at most ``JUPYTER_DISTRAIN_POOL_MEMORY`` GiB (a quarter of the RAM; see ``stock``),
+none started while less than 2 GiB is free; unused for ``JUPYTER_DISTRAIN_POOL_IDLE``
+seconds (600), the pool empties and the keeper exits. ``state.json`` in the pool
+directory says what it holds.
 
 Here is the loop and the socket; ``stock`` holds the idle processes, ``claims`` the
 claim queue and the claimed processes, ``orphans`` what those leave behind.

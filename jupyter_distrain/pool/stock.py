@@ -1,8 +1,9 @@
-"""A pool's idle processes: started with the environment the last job wanted, up to
-the wanted count and the memory bound (those still importing counted at the size of
-the last ready one), each announcing when its imports are done; ended when the pool is
-drained or the environment changes. A pool found unable to serve jobs at all is turned
-off: it says why in its directory's ``off`` file, and no keeper runs it again."""
+"""A pool's idle processes: a zygote imports with the environment the last job wanted,
+then forks idle processes up to the wanted count and the memory bound (the zygote at
+its size, each forked process at what it holds alone), each announcing when it is
+ready; ended when the pool is drained or the environment changes. A pool found unable
+to serve jobs at all is turned off: it says why in its directory's ``off`` file, and
+no keeper runs it again."""
 
 from __future__ import annotations
 
