@@ -38,7 +38,8 @@ class ProcessEvents:
             record.pid, record.create_time = body["pid"], entry.handle.create_time
         if not record.pid and entry.handle is not None:  # a remote pid, known since start
             record.pid, record.create_time = entry.handle.pid, entry.handle.create_time
-            record.pooled = entry.handle.pooled  # from the host's pool
+        if entry.handle is not None:  # a host's agent says it once the process runs
+            record.pooled = entry.handle.pooled
         record.host = str(body.get("host") or record.host)
         record.address = str(body.get("address") or record.address)
         record.state = "running"

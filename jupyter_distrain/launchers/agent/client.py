@@ -142,9 +142,9 @@ class AgentClient:
                     self.errors.append(line)
                     continue
                 report = json.loads(line[len(MARK) :])
-                if "pid" in report:
-                    self.pid, self.create_time = report["pid"], report["create_time"]
+                if "pid" in report:  # pooled first: a reader seeing the pid sees it too
                     self.pooled = bool(report.get("pooled"))
+                    self.pid, self.create_time = report["pid"], report["create_time"]
                     self._started.set()
                 self.rss = report.get("rss", self.rss)
                 if "exit" in report:
