@@ -486,7 +486,7 @@ def test_a_rerun_takes_warm_processes_from_each_nodes_own_pool(
     cluster, driver, jobs_root, monkeypatch
 ):
     """Each node's pool (under the node's home, named by its host name) is started by
-    the first job there and filled beside it: the re-run straight after takes its ranks
+    the first job there and filled beside it: the re-run takes its ranks
     warm on both nodes, handed their secret in memory as cold ones are, and they still
     synchronise. Drained, nothing of it is left."""
     from jupyter_distrain.pool import client as pool_client
@@ -498,7 +498,12 @@ def test_a_rerun_takes_warm_processes_from_each_nodes_own_pool(
         return [d for home in homes for d in home.glob(".jupyter_distrain/jobs/.pools/host-*")]
 
     try:
-        second = ddp_rerun_from_the_pool(spec, monkeypatch)
+
+        def ready() -> bool:
+            found = [pool_client.list_pools(base=d) for d in pools()]
+            return len(found) == 2 and all(any(i.idle for i in infos) for infos in found)
+
+        second = ddp_rerun_from_the_pool(spec, monkeypatch, ready)
         assert len({d.name for d in pools()}) == 2  # one pool per node
     finally:
         for directory in pools():

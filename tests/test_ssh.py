@@ -39,6 +39,7 @@ from jupyter_distrain.contract.process import ProcessId
 from jupyter_distrain.contract.spec import JobSpec, SpecError
 from jupyter_distrain.contract.store import list_job_dirs
 from jupyter_distrain.launchers.agent.host import PROTOCOL
+from jupyter_distrain.launchers.ssh.pools import host_pools
 from jupyter_distrain.launchers.ssh.preflight import REMOTE_ROOT
 from jupyter_distrain.launchers.ssh.session import SshOptions
 
@@ -577,12 +578,20 @@ def test_a_rerun_takes_warm_processes_from_each_hosts_own_pool(
     cluster, jobs_root, monkeypatch, capsys
 ):
     """The pool on each host: started by the first job there (in the host's network
-    namespace), filled beside it, so the re-run straight after takes its ranks warm on
+    namespace), filled beside it, so the re-run takes its ranks warm on
     both hosts and they still synchronise; ``%distributed pool`` lists the hosts' pools
     and ``--clear`` ends them, leaving only sshd on the hosts."""
     spec = JobSpec(code=DDP_PROGRAM, workers=2, backend="torch", **cluster.options())
     try:
-        second = ddp_rerun_from_the_pool(spec, monkeypatch)
+
+        def ready() -> bool:
+            pools = host_pools()
+            return len(pools) == 2 and all(
+                not isinstance(infos, str) and any(i.idle for i in infos)
+                for infos in pools.values()
+            )
+
+        second = ddp_rerun_from_the_pool(spec, monkeypatch, ready)
         assert [p.host for p in second.status().processes] == ["jdh1", "jdh2"]
         capsys.readouterr()
         print_pools(False)

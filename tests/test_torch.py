@@ -388,15 +388,17 @@ def test_the_pytorch_notebook_trains_scales_shards_and_averages(jobs_root):
     assert len(averaged) == 2 and len(set(averaged)) == 1 and float(averaged[0]) > 0.8
 
 
-def ddp_rerun_from_the_pool(spec: JobSpec, monkeypatch) -> Job:
-    """With pools on: ``spec`` (the DDP program) run twice, straight after each other:
-    the first cold, the second's ranks taken from the pool, ending with identical
-    weights. Returns the second job."""
+def ddp_rerun_from_the_pool(spec: JobSpec, monkeypatch, ready) -> Job:
+    """With pools on: ``spec`` (the DDP program) run twice: the first cold, the second
+    (once ``ready()``: the pools the first started have imported; on 2 busy cores that
+    can outlast the 8 s a claim waits) with its ranks taken from the pool, ending with
+    identical weights. Returns the second job."""
     monkeypatch.setenv("JUPYTER_DISTRAIN_POOL", "1")
     monkeypatch.setenv("JUPYTER_DISTRAIN_POOL_IDLE", "60")
     first = submit(spec)
     assert first.wait(240) == "succeeded", first.status().error
     assert [p.pooled for p in first.status().processes] == [False, False]
+    wait_for(ready, 60, 0.5, what="the pools the first run started")
     second = submit(spec)
     assert second.wait(240) == "succeeded", second.status().error
     assert [p.pooled for p in second.status().processes] == [True, True]
