@@ -14,7 +14,7 @@ from typing import Any
 
 import psutil
 
-from ..contract.process import Env, ProcessId
+from ..contract.process import ProcessId
 from ..contract.spec import JobSpec, SpecError
 from ..contract.store import JobStatus
 from ..pool import client as pool_client
@@ -178,7 +178,7 @@ class LocalLauncher(Launcher):
                 "job": str(self.job.path),
                 "run": self.run_id,
                 "per_job": pool_kinds.per_job_names(self.spec.env),
-                "ahead": launch.env.get(Env.POOL_AHEAD, "1") != "0",
+                "ahead": pool_kinds.plans_ahead(launch.env),
             },
         )
 

@@ -55,11 +55,8 @@ class Claims:
         self.ahead = ahead  # refill at claim time, what imports lowered (see priority.py)
         self._run, self._count = "", 0  # the run that claimed last, and how many
 
-    def refusal(self, body: dict[str, Any]) -> str:
-        """Why the pool cannot serve this claim ("" if it can)."""
-        reason = self._unfit(body)
-        if reason:
-            return reason
+    def _env_refusal(self, body: dict[str, Any]) -> str:
+        """Why the pool's processes cannot serve this fit claim now ("" if they can)."""
         if self.stock.env is None:
             return "the pool is empty"
         per_job = set(body.get("per_job") or [])
@@ -85,8 +82,9 @@ class Claims:
         earlier run (a fork, or the zygote importing) is worth waiting for: a cold start
         would import beside it, on the same cores. One this claim's own run asked for is
         for the run after."""
-        reason = self.refusal(body)
-        if self._ahead(body) and not self._unfit(body):
+        unfit = self._unfit(body)
+        reason = unfit or self._env_refusal(body)
+        if self._ahead(body) and not unfit:
             self._plan_ahead(body)
         if not reason and self._serviceable(body) <= len(self.waiting):
             reason = "no pooled process is left"

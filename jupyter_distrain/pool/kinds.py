@@ -131,3 +131,9 @@ def pool_name(kind: str, python: str | None = None) -> str:
 def enabled(environ: Mapping[str, str]) -> bool:
     """The user's setting: ``JUPYTER_DISTRAIN_POOL=0`` turns pools off."""
     return environ.get(Env.POOL, "1").strip().lower() not in ("0", "off", "false", "no")
+
+
+def plans_ahead(env: Mapping[str, str]) -> bool:
+    """Whether a job's claims keep the pool one run ahead (``JUPYTER_DISTRAIN_POOL_AHEAD=0``
+    in its environment: refill when it ends instead, to measure the difference)."""
+    return env.get(Env.POOL_AHEAD, "1") != "0"

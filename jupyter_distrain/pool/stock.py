@@ -32,7 +32,7 @@ log = logging.getLogger("jupyter_distrain.pool")
 
 MIN_FREE_BYTES = 2 * 2**30
 FORK_SECONDS = 5.0  # the zygote answers a fork request within this
-PROCESS_BYTES = 512 * 2**20  # what a zygote still importing counts, before one was ready
+ZYGOTE_BYTES = 512 * 2**20  # what a zygote still importing counts, before one was ready
 FORK_BYTES = 64 * 2**20  # what a forked process counts, before one was measured
 OFF_FILE = "off"  # in the pool directory: why the pool is off
 
@@ -126,7 +126,7 @@ class Stock:
         self.env: dict[str, str] | None = None  # what idle processes import with
         self.error = ""  # a process failed to start: no refill until the next want
         self.off = ""  # why this pool can never serve a job ("" while it can)
-        self.process_bytes = PROCESS_BYTES  # the size of the last zygote that got ready
+        self.zygote_bytes = ZYGOTE_BYTES  # the size of the last zygote that got ready
         self.fork_bytes = FORK_BYTES  # what the last forked process held alone
         self.background = False  # start processes at idle priority (a job is running)
         self.ahead_of = ""  # the run whose claims start processes now (for the next)
@@ -187,8 +187,8 @@ class Stock:
             return False
         zygote = self.zygote
         if zygote is None:
-            return self.process_bytes <= self.settings.memory_bytes
-        held = tree_rss(zygote.pid) if zygote.ready else self.process_bytes
+            return self.zygote_bytes <= self.settings.memory_bytes
+        held = tree_rss(zygote.pid) if zygote.ready else self.zygote_bytes
         held += sum(
             private_bytes(p.pid) if p.ready else self.fork_bytes for p in self.idle.values()
         )
@@ -272,7 +272,7 @@ class Stock:
         elif body.get("ready"):
             pooled.ready, pooled.since = True, time.time()
             if pooled is self.zygote:
-                self.process_bytes = tree_rss(pooled.pid) or self.process_bytes
+                self.zygote_bytes = tree_rss(pooled.pid) or self.zygote_bytes
             else:
                 self.fork_bytes = private_bytes(pooled.pid) or self.fork_bytes
             self.on_ready()

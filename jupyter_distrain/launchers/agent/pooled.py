@@ -48,7 +48,7 @@ def pool_request(
         "kind": kind,
         "run": run,
         "per_job": pool_kinds.per_job_names(spec.env),
-        "ahead": env.get(Env.POOL_AHEAD, "1") != "0",
+        "ahead": pool_kinds.plans_ahead(env),
         # the notebook's bounds for the host's pool, as for its own
         "settings": {k: os.environ[k] for k in POOL_SETTINGS if k in os.environ},
     }
