@@ -54,6 +54,9 @@ ENV_SETTINGS = (
     EnvSetting("pool_size", Env.POOL_SIZE, "int", None, "idle processes per pool, at most"),
     EnvSetting("pool_idle", Env.POOL_IDLE, "float", None, "seconds a pool stays unused"),
     EnvSetting("pool_memory", Env.POOL_MEMORY, "float", None, "GiB a pool's idle processes hold"),
+    EnvSetting(
+        "ssh_keep", Env.SSH_KEEP, "float", 300.0, "seconds an ssh connection is kept unused"
+    ),
     EnvSetting("keep_jobs", Env.KEEP_JOBS, "float", 200.0, "finished jobs kept (inf: all)"),
     EnvSetting("keep_days", Env.KEEP_DAYS, "float", 30.0, "days a finished job is kept"),
     EnvSetting(

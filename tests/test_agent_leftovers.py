@@ -1,16 +1,19 @@
-"""The host agent's pre-flight removes what jobs of this notebook that are over left on
-its host, and nothing else (run as the launcher runs it, in a subprocess)."""
+"""The host agent's ``unpack`` removes what jobs of this notebook that are over left on
+its host, and nothing else, before it unpacks the next job's files and hands back free
+ports (run as the launcher runs it, in a subprocess)."""
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import socket
 import subprocess
 import sys
+import tarfile
 from pathlib import Path
 
-from jupyter_distrain.launchers.agent.host import JOBS_ROOT, OWNER, PROTOCOL
+from jupyter_distrain.launchers.agent.host import JOBS_ROOT, OWNER
 
 
 def _host_dir(home: Path, job: str, owner: str | None, hostname: str = "") -> Path:
@@ -22,20 +25,34 @@ def _host_dir(home: Path, job: str, owner: str | None, hostname: str = "") -> Pa
     return directory
 
 
-def _preflight(home: Path, claims: dict[str, object]) -> dict[str, object]:
+def _empty_tar() -> bytes:
+    buffer = io.BytesIO()
+    tarfile.open(fileobj=buffer, mode="w").close()
+    return buffer.getvalue()
+
+
+def _unpack(home: Path, claims: dict[str, object] | None) -> dict[str, object]:
+    """The agent's ``unpack`` of a new job (``next-000009``) on this host, with the
+    sweep when ``claims`` are given."""
+    target = home / JOBS_ROOT / "next-000009" / socket.gethostname()
+    argv = ["unpack", str(target), "--owner", "me", "--address", "127.0.0.1", "--ports", "2"]
+    data = _empty_tar()
+    if claims is not None:
+        argv.append("--leftovers")
+        data = json.dumps(claims).encode() + b"\n" + data
     done = subprocess.run(
-        [sys.executable, "-m", "jupyter_distrain.launchers.agent", "preflight"]
-        + ["--backend", "plain", "--leftovers"],
-        input=json.dumps(claims).encode(),
+        [sys.executable, "-m", "jupyter_distrain.launchers.agent", *argv],
+        input=data,
         capture_output=True,
         env={**os.environ, "HOME": str(home)},
         check=True,
         timeout=60,
     )
+    assert (target / OWNER).read_text() == "me"
     return json.loads(done.stdout.decode().splitlines()[-1])
 
 
-def test_the_preflight_removes_only_this_notebooks_dead_jobs_on_its_host(tmp_path):
+def test_unpack_removes_only_this_notebooks_dead_jobs_on_its_host(tmp_path):
     dead = _host_dir(tmp_path, "dead-000001", "me")
     live = _host_dir(tmp_path, "live-000002", "me")
     others = _host_dir(tmp_path, "others-000003", "another notebook")
@@ -43,21 +60,13 @@ def test_the_preflight_removes_only_this_notebooks_dead_jobs_on_its_host(tmp_pat
     other_host = _host_dir(tmp_path, "dead-000001", "me", hostname="some-other-host")
     target = _host_dir(tmp_path / "elsewhere", "linked-000005", "me")
     (tmp_path / JOBS_ROOT / "linked-000005").symlink_to(target.parent)
-    found = _preflight(tmp_path, {"notebook": "me", "live": ["live-000002"]})
-    assert found["protocol"] == PROTOCOL and found["removed"] == ["dead-000001"]
+    found = _unpack(tmp_path, {"notebook": "me", "live": ["live-000002", "next-000009"]})
+    assert found["removed"] == ["dead-000001"]
+    assert len(set(found["ports"])) == 2 and all(1024 <= p < 65536 for p in found["ports"])
     assert not dead.exists() and other_host.is_dir()  # a host sharing the home: its own
     assert all(d.is_dir() for d in (live, others, unmarked, target))
 
 
-def test_a_preflight_without_leftovers_removes_nothing(tmp_path):
+def test_an_unpack_without_leftovers_removes_nothing(tmp_path):
     dead = _host_dir(tmp_path, "dead-000001", "me")
-    done = subprocess.run(
-        [sys.executable, "-m", "jupyter_distrain.launchers.agent", "preflight"]
-        + ["--backend", "plain"],
-        stdin=subprocess.DEVNULL,
-        capture_output=True,
-        env={**os.environ, "HOME": str(tmp_path)},
-        check=True,
-        timeout=60,
-    )
-    assert json.loads(done.stdout)["removed"] == [] and dead.is_dir()
+    assert _unpack(tmp_path, None)["removed"] == [] and dead.is_dir()

@@ -83,14 +83,28 @@ def cluster(tmp_path_factory):
         yield made
 
 
-def ssh_masters() -> list[psutil.Process]:
-    """ssh master connections (the launcher's are named by no job id)."""
+def ssh_masters(kept: bool = False) -> list[psutil.Process]:
+    """ssh master connections a job opened for itself (the launcher's are named by no
+    job id); with ``kept``, also those kept for the next jobs (:mod:`...ssh.kept`)."""
     found = []
     for proc in psutil.process_iter(["cmdline"]):
         with contextlib.suppress(psutil.Error):
-            if "ControlPersist=yes" in (proc.info["cmdline"] or []):
+            persist = [a for a in proc.info["cmdline"] or [] if a.startswith("ControlPersist=")]
+            if persist and (kept or persist == ["ControlPersist=yes"]):
                 found.append(proc)
     return found
+
+
+def ssh_connections(host) -> int:
+    """How many ssh connections ``host``'s sshd holds."""
+    out = host.run("ss", "-Htn", "state", "established", f"( sport = :{SSH_PORT} )").stdout
+    return len(out.splitlines())
+
+
+def forwarded_sockets(host) -> list[str]:
+    """The Unix sockets sshd listens on in ``host`` (forwards to the notebook machine)."""
+    out = host.run("ss", "-Hxlp").stdout
+    return [line for line in out.splitlines() if '"sshd"' in line]
 
 
 def orted_daemons() -> list[psutil.Process]:
@@ -512,7 +526,7 @@ OLD_AGENT = """
 import argparse, sys
 parser = argparse.ArgumentParser(prog="python -m jupyter_distrain.launchers.agent")
 command = parser.add_subparsers(dest="command", required=True).add_parser("preflight")
-for option in ("--backend", "--interface", "--ports"):
+for option in ("--backend", "--ports"):  # as before --interface
     command.add_argument(option)
 parser.parse_args(sys.argv[1:])
 """
@@ -547,7 +561,7 @@ def test_what_a_killed_job_left_on_the_hosts_goes_at_the_next_contact(cluster, j
         return False
 
     wait_for(stepping, 60, what="both workers stepping")
-    for proc in job_processes(job.id) + ssh_masters():  # as a reboot: nothing ends cleanly
+    for proc in job_processes(job.id) + ssh_masters(kept=True):  # as a reboot: nothing ends
         with contextlib.suppress(psutil.Error):
             proc.kill()
     assert wait_until_gone(job.id, 30) == []
@@ -606,3 +620,67 @@ def test_a_rerun_takes_warm_processes_from_each_hosts_own_pool(
     sshd = {h.sshd.pid for h in cluster.hosts}
     for host in cluster.hosts:
         assert wait_for(lambda h=host: set(namespace_pids(h.name)) <= sshd, 20, what="pools")
+
+
+def test_a_rerun_reuses_each_hosts_kept_connection_and_checks_nothing_again(
+    cluster, jobs_root, monkeypatch, capsys
+):
+    """One ssh connection per host, kept between jobs: the re-run's pre-flight and
+    sessions go through it (no new handshake, the host not checked again), it holds no
+    job's forwards once the job is over, it is listed and closed by ``%distributed
+    pool``, and with ``JUPYTER_DISTRAIN_SSH_KEEP`` it ends that long after its last use."""
+    from jupyter_distrain.launchers.ssh.kept import kept_masters
+
+    print_pools(True)
+    spec = JobSpec(
+        code=LOOP.replace("while True", "for _ in range(3)"),
+        workers=2,
+        backend="plain",
+        **cluster.options(),
+    )
+    first = api.submit(spec)
+    assert first.wait(60) == "succeeded"
+    masters = {m.host: m.pid for m in kept_masters()}
+    assert sorted(masters) == sorted(h.address for h in cluster.hosts)
+    assert [ssh_connections(h) for h in cluster.hosts] == [1, 1]  # the kept ones
+    assert [forwarded_sockets(h) for h in cluster.hosts] == [[], []]  # cancelled at the end
+    records = {
+        p: p.read_text()
+        for p in Path(os.path.dirname(kept_masters()[0].options.control_path)).glob("*.json")
+    }
+    second = api.submit(spec)
+    assert second.wait(60) == "succeeded"
+    assert {m.host: m.pid for m in kept_masters()} == masters  # the same connections
+    assert [ssh_connections(h) for h in cluster.hosts] == [1, 1]
+    assert {p: p.read_text() for p in records} == records  # nothing checked again
+    assert [forwarded_sockets(h) for h in cluster.hosts] == [[], []]
+    # a master killed (its socket left behind): the next job keeps a new one, no lone one
+    psutil.Process(masters[cluster.hosts[0].address]).kill()
+    wait_for(lambda: ssh_connections(cluster.hosts[0]) == 0, 10, what="the connection dropped")
+    assert api.submit(spec).wait(60) == "succeeded"
+    masters = {m.host: m.pid for m in kept_masters()}
+    assert len(masters) == 2 and len(ssh_masters(kept=True)) == 2
+    assert [ssh_connections(h) for h in cluster.hosts] == [1, 1]
+    capsys.readouterr()
+    print_pools(False)
+    listed = capsys.readouterr().out
+    for host in cluster.hosts:
+        assert f"ssh connection kept to {host.address}: pid {masters[host.address]}" in listed
+    print_pools(True)
+    assert kept_masters() == []
+    assert (
+        left_after(lambda: [p for p in ssh_masters(kept=True) if p.pid in masters.values()], 5)
+        == []
+    )
+    assert wait_for(
+        lambda: [ssh_connections(h) for h in cluster.hosts] == [0, 0], 10, what="connections closed"
+    )
+    monkeypatch.setenv("JUPYTER_DISTRAIN_SSH_KEEP", "2")
+    third = api.submit(spec)
+    assert third.wait(60) == "succeeded"
+    ended = time.monotonic()
+    pids = [m.pid for m in kept_masters()]  # asking a master (-O check) is a use: once
+    assert len(pids) == 2
+    wait_for(lambda: not any(map(psutil.pid_exists, pids)), 15, what="the kept ones to end")
+    assert time.monotonic() - ended >= 1.5
+    assert [ssh_connections(h) for h in cluster.hosts] == [0, 0]

@@ -50,8 +50,12 @@ def add_commands(sub: Any) -> dict[str, argparse.ArgumentParser]:
     by name (``bench``'s arguments are the caller's: the two front ends show it apart)."""
     parsers = {"list": sub.add_parser("list", help="list every job")}
     parsers["bench"] = sub.add_parser("bench", help="images/sec and scaling efficiency per backend")
-    parsers["pool"] = sub.add_parser("pool", help="list the warm pools (idle processes, memory)")
-    parsers["pool"].add_argument("--clear", action="store_true", help="end every idle process")
+    parsers["pool"] = sub.add_parser(
+        "pool", help="list the warm pools (idle processes, memory) and kept ssh connections"
+    )
+    parsers["pool"].add_argument(
+        "--clear", action="store_true", help="end every idle process and kept connection"
+    )
     parsers["config"] = sub.add_parser(
         "config", help="the effective settings and where each came from"
     )
@@ -112,8 +116,10 @@ def print_status(job: Job, gpu_text: Callable[[Any], str] = lambda process: "") 
 
 
 def print_pools(clear: bool) -> None:
-    """The warm pools, a line each, here and on the ssh hosts jobs started one on
-    (``clear``: end their idle processes instead)."""
+    """The warm pools, a line each, here and on the ssh hosts jobs started one on, and
+    the ssh connections kept to hosts (``clear``: end their idle processes and close
+    the connections instead)."""
+    from ..launchers.ssh.kept import close_kept, kept_masters
     from ..launchers.ssh.pools import host_pools
     from ..pool import client
 
@@ -123,7 +129,15 @@ def print_pools(clear: bool) -> None:
         for host, answer in hosts.items():
             said = answer if isinstance(answer, str) else f"asked {len(answer)} pool(s)"
             print(f"  on {host}: {said}")
+        closed = close_kept()
+        if closed:
+            print(f"Closed the ssh connections kept to {', '.join(closed)}.")
         return
+    for master in kept_masters():
+        print(
+            f"ssh connection kept to {master.host}: pid {master.pid}; "
+            f"ends after {master.options.keep} s unused"
+        )
     pools = [("", info) for info in client.list_pools()]
     for host, answer in host_pools().items():
         if isinstance(answer, str):

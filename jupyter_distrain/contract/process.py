@@ -100,6 +100,9 @@ class Env:
     POOL_MEMORY = "JUPYTER_DISTRAIN_POOL_MEMORY"  # GiB all idle processes of a pool may hold
     # "0": refill when the job ends, not one run ahead at claim time (to measure it)
     POOL_AHEAD = "JUPYTER_DISTRAIN_POOL_AHEAD"
+    # seconds an ssh connection to a host is kept after its last session (user setting;
+    # "0": each job opens and closes its own)
+    SSH_KEEP = "JUPYTER_DISTRAIN_SSH_KEEP"
     # the job store's retention rule (user settings; "inf" keeps everything)
     KEEP_JOBS = "JUPYTER_DISTRAIN_KEEP_JOBS"  # finished jobs kept, newest first (200)
     KEEP_DAYS = "JUPYTER_DISTRAIN_KEEP_DAYS"  # days a finished job is kept (30)

@@ -6,13 +6,15 @@ One short program per ssh session, light to import (no TensorFlow, no ZeroMQ):
   version and the agent's :data:`PROTOCOL` (the launcher refuses another), the
   interpreter, whether the backend's libraries are there, the address the ssh
   connection came in on (``SSH_CONNECTION``), the interface holding it, and free TCP
-  ports on it. With ``--leftovers`` it first reads ``{"notebook": ID, "live": [JOB,
-  ...]}`` on stdin and removes this host's directories of that notebook's jobs not
-  named live (what a rebooted notebook or a killed supervisor left), listed as
-  ``removed``.
-- ``unpack DIR [--owner ID]``: make the job's private directory (0700), mark it as
-  notebook ``ID``'s (:data:`OWNER`) and extract the tar read from stdin into it (the
-  spec, ``train.py``, pushed values, the control file).
+  ports on it.
+- ``unpack DIR [--owner ID] [--leftovers] [--address A --ports N]``: make the job's
+  private directory (0700), mark it as notebook ``ID``'s (:data:`OWNER`) and extract
+  the tar read from stdin into it (the spec, ``train.py``, pushed values, the control
+  file). With ``--leftovers`` the tar comes after one line ``{"notebook": ID, "live":
+  [JOB, ...]}``, and this host's directories of that notebook's jobs not named live
+  (what a rebooted notebook or a killed supervisor left) are removed first. Prints one
+  JSON line: ``N`` free TCP ports on ``A`` (the job's, fresh at each start) and the
+  jobs ``removed``.
 - ``run DIR``: start one process (its argv, environment and working directory come as
   the first JSON line on stdin) with its output on this session's stdout; report its
   pid and start time, its memory and finally its exit code as marked lines on stderr;
@@ -56,7 +58,7 @@ from ...contract.process import Env
 
 # What the launcher and this agent must agree on: raised with every change to the
 # commands, their arguments or their answers (the pre-flight refuses another).
-PROTOCOL = 4
+PROTOCOL = 5
 JOBS_ROOT = ".jupyter_distrain/jobs"  # under the user's home: JOB/HOSTNAME per job and host
 OWNER = "owner"  # in a job's host directory: the id of the notebook that made it
 MARK = "\x1ejupyter_distrain "  # starts every line the agent writes to stderr
@@ -491,6 +493,15 @@ def signal_job_process(directory: Path, pid: int, sig: int) -> None:
             proc.send_signal(sig)
 
 
+def _sweep(claims: bytes) -> list[str]:
+    """:func:`remove_leftovers` as ``claims`` (``{"notebook": ID, "live": [JOB, ...]}``)
+    say; the jobs removed."""
+    said = json.loads(claims or b"{}")
+    if not said.get("notebook"):
+        return []
+    return remove_leftovers(said["notebook"], set(said.get("live", [])))
+
+
 def main(argv: list[str]) -> int:
     import argparse
 
@@ -500,21 +511,18 @@ def main(argv: list[str]) -> int:
     check.add_argument("--backend", required=True)
     check.add_argument("--interface", default="")
     check.add_argument("--ports", type=int, default=0)
-    check.add_argument("--leftovers", action="store_true", help="read the live jobs on stdin")
     commands.add_parser("pools").add_argument("--drain", action="store_true")
     for name in ("unpack", "run", "guard", "send", "remove", "finish"):
         command = commands.add_parser(name)
         command.add_argument("directory")
         if name == "unpack":
             command.add_argument("--owner", default="")
+            command.add_argument("--address", default="")
+            command.add_argument("--ports", type=int, default=0)
+            command.add_argument("--leftovers", action="store_true")
     args = parser.parse_args(argv)
     if args.command == "preflight":
-        claims = json.loads(sys.stdin.read() or "{}") if args.leftovers else {}
-        removed = []
-        if claims.get("notebook"):
-            removed = remove_leftovers(claims["notebook"], set(claims.get("live", [])))
-        found = preflight(args.backend, args.interface, args.ports)
-        print(json.dumps({**found, "removed": removed}), flush=True)
+        print(json.dumps(preflight(args.backend, args.interface, args.ports)), flush=True)
         return 0
     if args.command == "pools":
         from .pooled import pools
@@ -523,7 +531,10 @@ def main(argv: list[str]) -> int:
         return 0
     directory = Path(args.directory).expanduser()
     if args.command == "unpack":
+        removed = _sweep(sys.stdin.buffer.readline()) if args.leftovers else []
         unpack(directory, sys.stdin.buffer.read(), args.owner)
+        ports = free_ports(args.address, args.ports) if args.address else []
+        print(json.dumps({"ports": ports, "removed": removed}), flush=True)
         return 0
     if args.command == "run":
         return run(directory)

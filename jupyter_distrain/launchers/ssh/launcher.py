@@ -18,6 +18,7 @@ the process tree on its host when its connection ends or goes silent.
 from __future__ import annotations
 
 import dataclasses
+import json
 import logging
 import secrets
 import shutil
@@ -31,13 +32,14 @@ from ...contract.cellcheck import uses_horovod_elastic
 from ...contract.process import Env
 from ...contract.spec import JobSpec, SpecError
 from ...contract.store import runtime_dir
-from ..agent.client import HANG_UP_SECONDS, job_files_archive, notebook_id
+from ..agent.client import HANG_UP_SECONDS, job_files_archive, live_job_ids, notebook_id
 from ..agent.delivery import Delivery, result_slots
 from ..agent.pooled import pool_request
 from ..base import LaunchedProcess, Launcher, LauncherOption, ProcessSpec, Slot, in_range, matching
 from ..limits import thread_env
 from .bring_back import bring_back
 from .handles import RemoteRank, SshProcess
+from .kept import kept
 from .mpi import start_mpirun
 from .pools import remember as remember_pool_host
 from .preflight import RemoteHost, preflight, remote_socket
@@ -103,13 +105,17 @@ class SshLauncher(Launcher):
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self._control_dir = _control_dir()
-        self.options = dataclasses.replace(
-            SshOptions.of(self.option_values(self.spec), self.spec.python or sys.executable),
-            control_path=f"{self._control_dir}/%C" if self._control_dir else "",
-        )
+        given = SshOptions.of(self.option_values(self.spec), self.spec.python or sys.executable)
+        self.options = kept(given)
+        self._control_dir = ""  # the job's own masters' (none kept)
+        if not self.options.keep:
+            self._control_dir = _control_dir()
+            self.options = dataclasses.replace(
+                given, control_path=f"{self._control_dir}/%C" if self._control_dir else ""
+            )
         self.hosts = [RemoteHost(**h) for h in self.spec.placement]
-        self._free_ports = {h.name: list(h.ports) for h in self.hosts}
+        self._free_ports: dict[str, list[int]] = {h.name: [] for h in self.hosts}
+        self._forwards: dict[str, list[str]] = {}  # by host name: on its master
         self._unpacked: set[str] = set()
         self._processes: list[SshProcess] = []  # every session: processes and guards
         self._guards: dict[str, SshProcess] = {}  # by host name: for mpirun's ranks
@@ -181,10 +187,26 @@ class SshLauncher(Launcher):
         self._guards[name] = self._session(name, ["guard", directory], forwards, log_path)
 
     def _unpack(self, name: str) -> None:
+        """The job's files to ``name``, after the sweep of what this notebook's ended
+        jobs left there; the host's free ports come back."""
         self.options.open_master(name, timeout=self.spec.timeout)
+        root = self.job.path.parent
+        owner = notebook_id(root)
+        claims = json.dumps({"notebook": owner, "live": [*live_job_ids(root), self.job.id]})
+        host = self._host(name)
+        args = ["unpack", self._directory(name), "--owner", owner, "--leftovers"]
+        args += ["--address", host.address, "--ports", str(host.slots + 2)]
         files = job_files_archive(self.job.path)
-        owner = notebook_id(self.job.path.parent)
-        self.options.run(name, ["unpack", self._directory(name), "--owner", owner], files)
+        out = self.options.run(name, args, claims.encode() + b"\n" + files)
+        try:
+            answer = json.loads(out.decode().strip().splitlines()[-1])
+            ports, removed = list(map(int, answer["ports"])), list(map(str, answer["removed"]))
+        except (ValueError, IndexError, KeyError, TypeError):
+            raise RemoteError(f"host {name}: the agent answered {out[:200]!r}") from None
+        if removed:
+            log.info("host %s: removed what ended jobs left there: %s", name, ", ".join(removed))
+        free = self._free_ports[name]
+        free.extend(p for p in ports if p not in free)
         self._unpacked.add(name)
 
     def _directory(self, name: str) -> str:
@@ -251,6 +273,7 @@ class SshLauncher(Launcher):
             )
         handle = SshProcess(popen, name, log_path, request)
         self._processes.append(handle)
+        self._forwards.setdefault(name, []).extend(forwards)
         return handle
 
     def _remote_argv(self, argv: list[str]) -> list[str]:
@@ -285,7 +308,14 @@ class SshLauncher(Launcher):
         for failure in failures:
             if failure is not None:
                 self.warn(str(failure))
-        on_each([h.name for h in self.hosts], self.options.close_master)
+        if self.options.keep:  # the masters stay for the next job; the forwards go
+            on_each(
+                list(self._forwards),
+                lambda name: self.options.cancel_forwards(name, self._forwards[name]),
+            )
+        else:
+            on_each([h.name for h in self.hosts], self.options.close_master)
+        self._forwards.clear()
         self._unpacked.clear()
         if self._control_dir:
             shutil.rmtree(self._control_dir, ignore_errors=True)

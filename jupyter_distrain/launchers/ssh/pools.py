@@ -12,6 +12,7 @@ from typing import Any
 
 from ...contract.store import write_atomic
 from ...pool.client import PoolInfo, pools_dir
+from .kept import kept
 from .session import RemoteError, SshOptions, on_each
 
 HOSTS_FILE = "ssh-hosts.json"
@@ -21,7 +22,7 @@ ASK_SECONDS = 20.0
 def remember(host: str, options: SshOptions) -> None:
     """Note that ``host`` (reached with ``options``) may have a pool of ours."""
     base = pools_dir(create=True)
-    entry = dataclasses.asdict(dataclasses.replace(options, control_path=""))
+    entry = dataclasses.asdict(dataclasses.replace(options, control_path="", keep=0))
     with open(base / (HOSTS_FILE + ".lock"), "a") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         hosts = _read(base)
@@ -46,7 +47,7 @@ def host_pools(drain: bool = False, root: Path | None = None) -> dict[str, list[
 
     def ask(name: str) -> list[PoolInfo]:
         fields = {f.name for f in dataclasses.fields(SshOptions)}
-        options = SshOptions(**{k: v for k, v in hosts[name].items() if k in fields})
+        options = kept(SshOptions(**{k: v for k, v in hosts[name].items() if k in fields}))
         out = options.run(name, ["pools", *(["--drain"] if drain else [])], timeout=ASK_SECONDS)
         try:
             rows = json.loads(out.decode().strip().splitlines()[-1])

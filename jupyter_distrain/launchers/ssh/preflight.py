@@ -3,25 +3,26 @@ parallel (ssh reaches it with a known host key, its agent speaks this version's
 protocol, its Python imports this package and the backend's libraries, the address the
 connection arrived on names the interface the job uses there, the job's socket paths
 fit); what it finds is a :class:`RemoteHost` per host, stored in the spec's placement.
-Each contact also removes what dead jobs of this notebook left on the host."""
+It goes over the host's kept master connection (:mod:`.kept`), and a host checked over
+the master that still runs, with the same options and backend, is not checked again.
+Free ports and the sweep of what ended jobs left come with each job's files instead
+(the agent's ``unpack``)."""
 
 from __future__ import annotations
 
 import dataclasses
 import ipaddress
 import json
-import logging
 import re
 from typing import Any
 
 from ...contract.spec import JobSpec, SpecError
-from ...contract.store import jobs_root
-from ..agent.client import live_job_ids, notebook_id, other_version
+from ..agent.client import other_version
 from ..agent.host import JOBS_ROOT, PROTOCOL
 from .hosts import parse_hosts
+from .kept import kept, recall, remember
 from .session import RemoteError, SshOptions, on_each
 
-log = logging.getLogger(__name__)
 REMOTE_ROOT = JOBS_ROOT  # under the remote user's home
 # what argparse says when an agent of another version does not know a command or option
 _USAGE_RE = re.compile(r": error: (argument |unrecognized arguments|the following arguments)")
@@ -40,7 +41,6 @@ class RemoteHost:
     iface: str
     home: str
     driver: str  # where it reached us from (this machine's address on that network)
-    ports: list[int]
     hostname: str = ""  # the host's own name
     network: str = ""  # the address's network, CIDR
     orted: str = ""  # OpenMPI's daemon there, if any
@@ -60,7 +60,7 @@ def remote_socket(directory: str, start: int, channel: str) -> str:
 def _socket_problem(spec: JobSpec, name: str, info: dict[str, Any]) -> str:
     """Why the job's sockets cannot be made on ``name`` (too long a path), or ""."""
     job_id = f"{spec.name}-{'0' * 6}"  # as long as JobDir.create's: the name, 6 hex digits
-    where = RemoteHost(name, 1, "", "", info["home"], "", [], info["name"]).directory(job_id)
+    where = RemoteHost(name, 1, "", "", info["home"], "", info["name"]).directory(job_id)
     longest = len(remote_socket(where, MOST_STARTS, "control").encode())
     if longest <= MAX_SOCKET_BYTES:
         return ""
@@ -82,18 +82,20 @@ def preflight(
             f"--hosts offer {capacity} slots; the job needs {processes} processes "
             f"(--workers {spec.workers}" + (f" --ps {spec.ps})" if spec.ps else ")")
         )
-    options = SshOptions.of(given, spec.python or python)
-    args = ["preflight", "--backend", spec.backend, "--interface", given["network_interface"]]
-    args.append("--leftovers")
-    root = jobs_root()
-    claims = json.dumps({"notebook": notebook_id(root), "live": live_job_ids(root)}).encode()
+    options = kept(SshOptions.of(given, spec.python or python))
+    interface = given["network_interface"]
+    args = ["preflight", "--backend", spec.backend, "--interface", interface]
+    key = f"{spec.backend} {interface}"
 
     def check(name: str) -> dict[str, Any]:
-        slots = next(h.slots for h in hosts if h.name == name)
+        remembered = recall(options, name, key)
+        if remembered is not None:
+            return remembered
+        options.open_master(name, timeout=spec.timeout)
         try:
-            out = options.run(name, [*args, "--ports", str(slots + 2)], claims, spec.timeout)
+            out = options.run(name, args, timeout=spec.timeout)
         except RemoteError as exc:
-            if _USAGE_RE.search(str(exc)):  # an older agent: it knows no --leftovers
+            if _USAGE_RE.search(str(exc)):  # an older agent: it knows no such option
                 raise RemoteError(other_version(f"host {name}", {})) from None
             raise
         try:
@@ -102,19 +104,16 @@ def preflight(
             raise RemoteError(f"host {name}: the agent answered {out[:200]!r}") from None
         if not isinstance(info, dict) or info.get("protocol") != PROTOCOL:
             raise RemoteError(other_version(f"host {name}", info if isinstance(info, dict) else {}))
-        if info.get("removed"):
-            log.info(
-                "host %s: removed what jobs that are over left there: %s",
-                name,
-                ", ".join(info["removed"]),
-            )
         return info
 
     found = on_each([h.name for h in hosts], check)
     problems = [str(f) for f in found if isinstance(f, RemoteError)]
     checked = [(h, i) for h, i in zip(hosts, found, strict=True) if isinstance(i, dict)]
     for host, info in checked:
-        problems += _problems(spec, given, host.name, info, len(hosts))
+        found_here = _problems(spec, given, host.name, info, len(hosts))
+        if not found_here:  # a host refused is asked again (it may be fixed by then)
+            remember(options, host.name, key, info)
+        problems += found_here
     versions = {h.name: i.get("framework_version") for h, i in checked if i.get("backend_ok")}
     if len(set(versions.values())) > 1:
         each = ", ".join(f"{name} {version}" for name, version in versions.items())
@@ -133,7 +132,6 @@ def preflight(
             i["iface"],
             i["home"],
             i["driver"],
-            i.get("ports", []),
             i["name"],
             i.get("network", ""),
             i.get("orted", ""),

@@ -6,12 +6,18 @@ the user passes ``--ssh-accept-new-hosts``); ssh never asks anything (``BatchMod
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import fcntl
+import hashlib
+import os
 import re
 import shlex
+import socket
+import stat
 import subprocess
 import tempfile
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -21,6 +27,7 @@ ALIVE_INTERVAL = 2  # seconds between ssh's keepalives; 3 unanswered end the con
 CONNECT_TIMEOUT = 10
 
 T = TypeVar("T")
+H = TypeVar("H")
 
 
 class RemoteError(RuntimeError):
@@ -38,6 +45,7 @@ class SshOptions:
     accept_new: bool = False
     python: str = ""  # the interpreter on the hosts
     control_path: str = ""  # ssh's ControlPath: connections share a master per host
+    keep: int = 0  # seconds a master outlives its last session (0: until close_master)
 
     @classmethod
     def of(cls, given: Mapping[str, Any], python: str) -> SshOptions:
@@ -80,25 +88,61 @@ class SshOptions:
 
     def open_master(self, host: str, timeout: float = 60) -> None:
         """Start the master connection to ``host`` that later commands share (one
-        handshake per host, not per process); it runs until :meth:`close_master`."""
+        handshake per host, not per process), unless a kept one is already there; it
+        runs until :meth:`close_master`, or until it has been unused for ``keep``
+        seconds."""
         if not self.control_path:
             return
-        argv = [*self._options("yes"), "-N", "-f", "-o", "ControlPersist=yes", host]
-        with tempfile.TemporaryFile() as errors:  # a pipe would stay open in the master
-            try:
-                code = subprocess.run(
-                    argv,
-                    stdin=subprocess.DEVNULL,
-                    stdout=subprocess.DEVNULL,
-                    stderr=errors,
-                    timeout=timeout,
-                ).returncode
-            except subprocess.TimeoutExpired:
-                raise RemoteError(f"host {host}: no answer within {timeout:g} s") from None
-            if code != 0:
-                errors.seek(0)
-                said = errors.read().decode(errors="replace")
-                raise RemoteError(explain(host, code, said, self))
+        with self._opening(host):  # two at once: the second would be a stray connection
+            if self.keep:
+                if self.master_pid(host):
+                    return
+                _remove_dead_sockets(os.path.dirname(self.control_path))
+            persist = f"{self.keep}s" if self.keep else "yes"
+            argv = [*self._options("yes"), "-N", "-f", "-o", f"ControlPersist={persist}", host]
+            with tempfile.TemporaryFile() as errors:  # a pipe would stay open in the master
+                try:
+                    code = subprocess.run(
+                        argv,
+                        stdin=subprocess.DEVNULL,
+                        stdout=subprocess.DEVNULL,
+                        stderr=errors,
+                        timeout=timeout,
+                    ).returncode
+                except subprocess.TimeoutExpired:
+                    raise RemoteError(f"host {host}: no answer within {timeout:g} s") from None
+                if code != 0:
+                    errors.seek(0)
+                    said = errors.read().decode(errors="replace")
+                    raise RemoteError(explain(host, code, said, self))
+
+    @contextlib.contextmanager
+    def _opening(self, host: str) -> Iterator[None]:
+        """Held while a master to ``host`` is checked for and opened (a lock file beside
+        the masters' sockets: kept masters are shared by processes)."""
+        digest = hashlib.sha256(host.encode()).hexdigest()[:12]
+        with open(f"{os.path.dirname(self.control_path)}/{digest}.lock", "a") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            yield
+
+    def master_pid(self, host: str) -> int | None:
+        """The pid of the master connection to ``host``, if one is running."""
+        if not self.control_path:
+            return None
+        argv = [*self._options(), "-O", "check", host]
+        try:
+            done = subprocess.run(argv, capture_output=True, timeout=10)
+        except subprocess.TimeoutExpired:
+            return None
+        found = re.search(rb"pid=(\d+)", done.stderr)
+        return int(found.group(1)) if done.returncode == 0 and found else None
+
+    def cancel_forwards(self, host: str, forwards: Sequence[str]) -> None:
+        """Take ``forwards`` (``-R`` options) off ``host``'s master: sessions that asked
+        for them through it leave them there when they end."""
+        if self.control_path and forwards:
+            argv = [*self._options(), "-O", "cancel", *forwards, host]
+            subprocess.run(argv, capture_output=True, timeout=10)
 
     def close_master(self, host: str) -> None:
         """End ``host``'s master connection (and every session still on it)."""
@@ -126,6 +170,24 @@ class SshOptions:
                 explain(host, done.returncode, done.stderr.decode(errors="replace"), self)
             )
         return done.stdout
+
+
+def _remove_dead_sockets(directory: str) -> None:
+    """Remove the sockets of masters that died (killed, or their machine rebooted) from
+    ``directory``: ssh opens no master where a socket of that name is left, and would
+    run the connection meant to be the master as a lone one instead, for ever (``-N``)."""
+    with os.scandir(directory) as entries:
+        for entry in entries:
+            if not stat.S_ISSOCK(entry.stat(follow_symlinks=False).st_mode):
+                continue
+            with socket.socket(socket.AF_UNIX) as probe:
+                try:
+                    probe.connect(entry.path)
+                except ConnectionRefusedError:
+                    with contextlib.suppress(FileNotFoundError):
+                        os.unlink(entry.path)
+                except OSError:
+                    pass
 
 
 def explain(host: str, code: int, stderr: str, options: SshOptions) -> str:
@@ -164,10 +226,10 @@ def explain(host: str, code: int, stderr: str, options: SshOptions) -> str:
     return f"host {host}: {reason}"
 
 
-def on_each(hosts: Sequence[str], work: Callable[[str], T]) -> list[T | RemoteError]:
+def on_each(hosts: Sequence[H], work: Callable[[H], T]) -> list[T | RemoteError]:
     """``work(host)`` for every host in parallel; each result, or the error it raised."""
 
-    def attempt(host: str) -> T | RemoteError:
+    def attempt(host: H) -> T | RemoteError:
         try:
             return work(host)
         except RemoteError as exc:
