@@ -7,7 +7,10 @@ Slurm's queue (its ``allocation`` event) is left out of its time to first step a
 apart; horovodrun runs over the ssh hosts (the Slurm nodes run no sshd). Each launcher
 runs cold (``--no-pool``); local, ssh and Ray also warm (``... warm``: taken from the
 pool on this machine, on each host, on each node; each primed by one run before the
-rounds, each run forking the next run's processes).
+rounds, each run forking the next run's processes). Cold and warm ssh runs go through
+the kept ssh connections, cold and warm Ray runs recall the pre-flight's probe; ``ssh
+first`` and ``ray first`` are cold runs as the first on their hosts (no kept
+connection: the job opens its own and the pre-flight connects; no remembered probe).
 
 The hosts are the test suite's (tests/multihost.py, tests/raycluster.py): network
 namespaces on this machine behind a bridge, each running Debian's sshd on port 2222, or
@@ -23,11 +26,13 @@ interval. Raw figures go to ``benchmarks/results/``.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import statistics
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
@@ -65,6 +70,22 @@ def run_horovodrun(script: Path, cluster: SshCluster) -> tuple[float, float]:
     return first - started, rate
 
 
+@contextlib.contextmanager
+def first_contact() -> Iterator[None]:
+    """A run as the first on its hosts or cluster: no ssh connection kept from earlier
+    runs (``JUPYTER_DISTRAIN_SSH_KEEP=0``: the job opens its own, and the pre-flight
+    connects and checks), no remembered Ray probe."""
+    from jupyter_distrain.contract.private import runtime_dir
+
+    for remembered in runtime_dir().glob("ray-probe-*.json"):
+        remembered.unlink()
+    os.environ["JUPYTER_DISTRAIN_SSH_KEEP"] = "0"
+    try:
+        yield
+    finally:
+        del os.environ["JUPYTER_DISTRAIN_SSH_KEEP"]
+
+
 def queue_seconds(job) -> float:
     """How long the Slurm job's allocation waited in Slurm's queue."""
     return sum(e["queued"] for e in job.dir.read_events() if e["event"] == "allocation")
@@ -93,7 +114,8 @@ def main() -> int:
         warm = [f"{name} warm" for name in ("local", "ssh", "ray")]
         for name in warm:  # primes the pool there (the first run imports beside it)
             run_distributed(shell, code, flags[name.split()[0]])
-        columns = ["horovodrun", *flags, *warm]
+        first = ["ssh first", "ray first"]  # cold, and nothing kept from earlier runs
+        columns = ["horovodrun", *flags, *warm, *first]
         results: dict[str, list[tuple[float, float]]] = {name: [] for name in columns}
         for i in range(args.rounds):
             shift = i % len(columns)
@@ -107,6 +129,9 @@ def main() -> int:
                     res = (first - queued[-1], rate)
                 elif name in warm:
                     res = run_distributed(shell, code, flags[name.split()[0]])
+                elif name in first:
+                    with first_contact():
+                        res = run_distributed(shell, code, f"{flags[name.split()[0]]} --no-pool")
                 else:
                     res = run_distributed(shell, code, f"{flags[name]} --no-pool")
                 results[name].append(res)

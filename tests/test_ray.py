@@ -512,3 +512,19 @@ def test_a_rerun_takes_warm_processes_from_each_nodes_own_pool(
         lambda: not any(pool_client.list_pools(base=d) for d in pools()), 20, what="keepers"
     )
     assert leftovers(driver, second.id) == []
+
+
+def test_a_rerun_on_the_same_cluster_is_not_probed_again(cluster, driver, jobs_root):
+    """The pre-flight's probe (a Ray driver of its own, ~2 s) is remembered for a
+    cluster that still answers: the re-run's submit starts no driver but the
+    supervisor's (each driver is a job in the GCS's job table); an address where the
+    cluster no longer answers is refused as before."""
+    from ray._private.state import jobs as driver_table
+
+    spec = JobSpec(code=SHORT, workers=2, backend="plain", **cluster.options())
+    assert api.submit(spec).wait(60) == "succeeded"
+    before = len(driver_table())
+    second = api.submit(spec)
+    assert second.wait(60) == "succeeded", second.status().error
+    assert len(driver_table()) == before + 1  # the supervisor's only
+    assert any(n.startswith(f"Ray cluster at {cluster.gcs_address}: ") for n in second.notes)

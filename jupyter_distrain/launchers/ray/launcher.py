@@ -56,6 +56,7 @@ from ..base import LaunchedProcess, Launcher, LauncherOption, ProcessSpec, Slot
 from ..isolation import private_network
 from ..limits import thread_env
 from .node import ROOT, SlotAgent
+from .probe import recall_probe, remember_probe
 
 log = logging.getLogger(__name__)
 
@@ -67,6 +68,7 @@ QUIET = {"RAY_USAGE_STATS_ENABLED": "0"}  # when this package starts a local Ray
 LOOPBACK = "127.0.0.1"
 LOCAL_STARTS = 3  # tries at starting a local Ray
 SHORT_PATH = 40  # Ray's Unix sockets lie some 70 characters below its session root
+PROBE_KEEP_SECONDS = 300.0  # how long a cluster that still answers is not probed again
 
 
 def starts_local_ray(spec: JobSpec) -> bool:
@@ -123,11 +125,32 @@ def shortfall(bundle: dict[str, float], count: int, nodes: dict[str, dict[str, f
 
 # --- the pre-flight -----------------------------------------------------------------
 def preflight(spec: JobSpec, processes: int) -> dict[str, Any]:
-    """Run :mod:`.probe` (cut off at ``--timeout``); what the supervisor needs:
-    the cluster's address, and the address the cluster's nodes reach this machine on."""
+    """Run :mod:`.probe` (cut off at ``--timeout``), or recall what it found for the
+    same address in the last :data:`PROBE_KEEP_SECONDS` while that cluster still
+    answers; what the supervisor needs: the cluster's address, and the address the
+    cluster's nodes reach this machine on."""
     address = RayLauncher.option_values(spec)["ray_address"]
+    python = spec.python or sys.executable
+    key = json.dumps([address, os.environ.get("RAY_ADDRESS", ""), python])
+    found = recall_probe(key, PROBE_KEEP_SECONDS)
+    if found is None:
+        found = _probe(spec, address, python)
+        if found["address"]:  # "no running Ray" is asked again: one may start meanwhile
+            remember_probe(key, found)
+    if not found["address"]:  # no running Ray: the supervisor starts a local one
+        return {"address": "", "driver": "127.0.0.1", "nodes": []}
+    nodes = {n["address"]: n["resources"] for n in found["nodes"]}
+    lacking = shortfall(bundle_of(spec), processes, nodes)
+    if lacking:
+        raise SpecError(f"--launcher ray: the cluster at {found['address']} cannot place {lacking}")
+    host = found["address"].rpartition(":")[0]
+    return {"address": found["address"], "driver": route_source(host), "nodes": sorted(nodes)}
+
+
+def _probe(spec: JobSpec, address: str, python: str) -> dict[str, Any]:
+    """What :mod:`.probe` found at ``address``; a :class:`SpecError` saying why not."""
     where = address or "a running Ray"
-    argv = [spec.python or sys.executable, "-m", "jupyter_distrain.launchers.ray.probe"]
+    argv = [python, "-m", "jupyter_distrain.launchers.ray.probe"]
     env = {**os.environ, **QUIET}
     with subprocess.Popen(
         [*argv, address],
@@ -153,14 +176,7 @@ def preflight(spec: JobSpec, processes: int) -> dict[str, Any]:
         raise SpecError(f"--address: the Ray pre-flight failed: {said[0]}") from None
     if "error" in found:
         raise SpecError(f"--address: {found['error']}")
-    if not found["address"]:  # no running Ray: the supervisor starts a local one
-        return {"address": "", "driver": "127.0.0.1", "nodes": []}
-    nodes = {n["address"]: n["resources"] for n in found["nodes"]}
-    lacking = shortfall(bundle_of(spec), processes, nodes)
-    if lacking:
-        raise SpecError(f"--launcher ray: the cluster at {found['address']} cannot place {lacking}")
-    host = found["address"].rpartition(":")[0]
-    return {"address": found["address"], "driver": route_source(host), "nodes": sorted(nodes)}
+    return found
 
 
 # --- the driver ---------------------------------------------------------------------

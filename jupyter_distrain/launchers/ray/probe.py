@@ -7,15 +7,23 @@ Prints one JSON line: ``{"address": the GCS address connected to ("" when there 
 no running Ray and the job will start a local one), "nodes": [{"address",
 "resources"}, ...]}`` (alive nodes and their total resources), or
 ``{"error": "..."}``.
+
+What it found is remembered in the user's private runtime directory
+(:func:`remember_probe`), so a re-run on the same cluster soon after does not start a
+Ray driver at submit again: :func:`recall_probe` gives it back while it is recent and
+the cluster's GCS still answers at its address.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import os
 import socket
 import sys
+import time
+from pathlib import Path
 from typing import Any
 
 QUIET = {"RAY_USAGE_STATS_ENABLED": "0"}  # a pre-flight is not usage
@@ -76,6 +84,34 @@ def probe(address: str) -> dict[str, Any]:
     finally:
         ray.shutdown()
     return {"address": gcs, "nodes": nodes}
+
+
+def _remembered_path(key: str) -> Path:
+    from ...contract.private import runtime_dir
+
+    return runtime_dir() / f"ray-probe-{hashlib.sha256(key.encode()).hexdigest()[:16]}.json"
+
+
+def remember_probe(key: str, found: dict[str, Any]) -> None:
+    """Keep what a probe ``found`` (a cluster that answered) for ``key``."""
+    from ...contract.private import write_atomic
+
+    write_atomic(_remembered_path(key), json.dumps({"at": time.time(), "found": found}))
+
+
+def recall_probe(key: str, seconds: float) -> dict[str, Any] | None:
+    """What a probe found for ``key`` in the last ``seconds``, if its cluster's GCS still
+    answers (a connection, no Ray driver)."""
+    try:
+        remembered = json.loads(_remembered_path(key).read_text())
+        found, at = remembered["found"], float(remembered["at"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    if not 0 <= time.time() - at <= seconds or not isinstance(found, dict):
+        return None
+    if not found.get("address") or answers(found["address"]) is not None:
+        return None
+    return found
 
 
 def main(argv: list[str]) -> int:
