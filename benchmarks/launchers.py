@@ -114,8 +114,8 @@ def main() -> int:
         warm = [f"{name} warm" for name in ("local", "ssh", "ray")]
         for name in warm:  # primes the pool there (the first run imports beside it)
             run_distributed(shell, code, flags[name.split()[0]])
-        first = ["ssh first", "ray first"]  # cold, and nothing kept from earlier runs
-        columns = ["horovodrun", *flags, *warm, *first]
+        first_runs = ["ssh first", "ray first"]  # cold, and nothing kept from earlier runs
+        columns = ["horovodrun", *flags, *warm, *first_runs]
         results: dict[str, list[tuple[float, float]]] = {name: [] for name in columns}
         for i in range(args.rounds):
             shift = i % len(columns)
@@ -129,7 +129,7 @@ def main() -> int:
                     res = (first - queued[-1], rate)
                 elif name in warm:
                     res = run_distributed(shell, code, flags[name.split()[0]])
-                elif name in first:
+                elif name in first_runs:
                     with first_contact():
                         res = run_distributed(shell, code, f"{flags[name.split()[0]]} --no-pool")
                 else:
