@@ -478,3 +478,24 @@ def test_import_environment_ignores_per_job_names_only():
     assert kinds.import_env(env, per_job) == {"PATH": "/bin", "TF_CPP_MIN_LOG_LEVEL": "2"}
     assert not kinds.enabled({"JUPYTER_DISTRAIN_POOL": "0"})
     assert kinds.enabled({})
+
+
+def test_a_keeper_started_where_a_killed_one_left_its_socket_answers_at_once(jobs_root):
+    """ensure() (as a host's agent calls it, detached) returns once the new keeper
+    listens, not as soon as a socket file exists: a killed keeper leaves its socket
+    behind, and the first claim, made at once, must reach the new keeper (it plans
+    the next run's processes; refused, the pool stayed empty until the next job)."""
+    import socket
+
+    base = jobs_root / "host-pools"
+    base.mkdir(mode=0o700)
+    directory = base / client.pool_name("torch")
+    directory.mkdir(mode=0o700)
+    with socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET) as dead:
+        dead.bind(str(wire.keeper_socket(directory)))  # closed without unlinking
+    try:
+        path = client.ensure("torch", dict(os.environ), base=base, detach=True)
+        wire.connect(path, 1).close()  # refused before: ensure returned at once
+    finally:
+        client.drain(base=base)
+    assert poll_until(lambda: client.list_pools(base=base) == [], 20)

@@ -116,6 +116,7 @@ class Claims:
 
     def refuse(self, client: socket.socket, reason: str) -> None:
         """Tell the supervisor to start cold, and hang up."""
+        log.info("a claim starts cold: %s", reason)
         with contextlib.suppress(OSError):
             wire.send(client, {"empty": reason})
         self.selector.unregister(client)

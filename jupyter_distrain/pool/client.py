@@ -84,11 +84,8 @@ def ensure(
         return None
     _drain_stale(base, pool_prefix(kind), name)
     path = wire.keeper_socket(directory)
-    try:
-        wire.connect(str(path), CONNECT_SECONDS).close()
+    if _answers(path):
         return str(path)
-    except OSError:
-        pass
     argv = [sys.executable, "-m", "jupyter_distrain.pool.keeper", str(directory), kind]
     if detach:
         middle = os.fork()  # its child is nobody's here: not swept with what we started
@@ -98,12 +95,22 @@ def ensure(
             finally:
                 os._exit(0)
         os.waitpid(middle, 0)
-        # the caller claims at once: its first claim plans the next run's processes
-        poll_until(path.exists, KEEPER_START_SECONDS, 0.02)
+        # the caller claims at once: its first claim plans the next run's processes. A
+        # killed keeper leaves its socket behind: listening, not existing, says it is up
+        poll_until(lambda: _answers(path), KEEPER_START_SECONDS, 0.02)
     else:
         keeper = _start_keeper(argv, environ, directory)
         threading.Thread(target=keeper.wait, daemon=True).start()  # no zombie in the kernel
     return str(path)
+
+
+def _answers(path: Path) -> bool:
+    """Whether a keeper listens at ``path``."""
+    try:
+        wire.connect(str(path), CONNECT_SECONDS).close()
+    except OSError:
+        return False
+    return True
 
 
 def _start_keeper(argv: list[str], environ: dict[str, str], directory: Path) -> subprocess.Popen:
