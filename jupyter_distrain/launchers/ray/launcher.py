@@ -56,7 +56,7 @@ from ..base import LaunchedProcess, Launcher, LauncherOption, ProcessSpec, Slot
 from ..isolation import private_network
 from ..limits import thread_env
 from .node import ROOT, SlotAgent
-from .probe import recall_probe, remember_probe
+from .probe import import_ray, recall_probe, remember_probe
 
 log = logging.getLogger(__name__)
 
@@ -350,7 +350,7 @@ class RayLauncher(Launcher):
 
     # --- placing ---------------------------------------------------------------------
     def place(self, n: int) -> list[Slot]:
-        import ray
+        ray = import_ray()  # the supervisor's first
         from ray.util.placement_group import placement_group
         from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 

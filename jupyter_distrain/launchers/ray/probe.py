@@ -30,6 +30,23 @@ QUIET = {"RAY_USAGE_STATS_ENABLED": "0"}  # a pre-flight is not usage
 CONNECT_SECONDS = 5.0
 
 
+def import_ray() -> Any:
+    """``ray``, imported without jsonschema's optional IRI format check: its
+    ``rfc3987_syntax`` (installed with Jupyter's ``jsonschema[format-nongpl]``) builds a
+    grammar when imported, 1.3 s of the 2 s ``import ray`` took on 2 cores. Nothing of
+    Ray's checks formats; the module may still be imported later by whoever wants it."""
+    if "ray" not in sys.modules and "rfc3987_syntax" not in sys.modules:
+        sys.modules["rfc3987_syntax"] = None  # type: ignore[assignment]
+        try:
+            import ray
+        finally:
+            if sys.modules.get("rfc3987_syntax", ...) is None:
+                del sys.modules["rfc3987_syntax"]
+    import ray
+
+    return ray
+
+
 def split_address(address: str) -> tuple[str, int] | None:
     """(host, port) of a ``host:port`` GCS address; None for other forms."""
     host, sep, port = address.rpartition(":")
@@ -56,7 +73,7 @@ def probe(address: str) -> dict[str, Any]:
         why = answers(address)
         if why:
             return {"error": f"no Ray cluster answers at {address} ({why})"}
-    import ray
+    ray = import_ray()
 
     for key, value in QUIET.items():
         os.environ.setdefault(key, value)
