@@ -292,11 +292,16 @@ def test_an_mpi4py_job_runs_one_rank_on_each_host(cluster, jobs_root):
 def _refused(cluster: SshCluster, jobs_root: Path, **changes: object) -> str:
     spec = JobSpec(code="print(1)", workers=2, backend="plain", timeout=20)
     options = {**cluster.options(), **changes}
+    kept_before = {p.pid for p in ssh_masters(kept=True)}
     started = time.monotonic()
     with pytest.raises(SpecError) as refused:
         api.submit(JobSpec(**{**spec.to_dict(), **options}))
     assert time.monotonic() - started < 20
     assert list_job_dirs(jobs_root) == []  # nothing launched
+    opened = left_after(  # nor a connection the refused submit opened
+        lambda: [p for p in ssh_masters(kept=True) if p.pid not in kept_before], 5
+    )
+    assert opened == [], [p.cmdline() for p in opened]
     return str(refused.value)
 
 

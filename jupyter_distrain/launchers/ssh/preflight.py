@@ -86,12 +86,14 @@ def preflight(
     interface = given["network_interface"]
     args = ["preflight", "--backend", spec.backend, "--interface", interface]
     key = f"{spec.backend} {interface}"
+    opened: list[str] = []  # hosts this pre-flight opened a connection to
 
     def check(name: str) -> dict[str, Any]:
         remembered = recall(options, name, key)
         if remembered is not None:
             return remembered
-        options.open_master(name, timeout=spec.timeout)
+        if options.open_master(name, timeout=spec.timeout):
+            opened.append(name)
         try:
             out = options.run(name, args, timeout=spec.timeout)
         except RemoteError as exc:
@@ -122,7 +124,8 @@ def preflight(
     for host, info in checked:
         if names.count(info["name"]) > 1:
             problems.append(f"host {host.name}: another host has its name {info['name']!r}")
-    if problems:
+    if problems:  # refused: nothing of this submit stays, its new connections neither
+        on_each(opened, options.close_master)
         raise SpecError("--hosts: " + "; ".join(problems))
     return [
         RemoteHost(

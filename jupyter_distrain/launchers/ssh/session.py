@@ -86,17 +86,17 @@ class SshOptions:
         """``ssh ... host -- remote`` with these options (``-R``, ...)."""
         return [*self._options(), *options, host, "--", shlex.join(remote)]
 
-    def open_master(self, host: str, timeout: float = 60) -> None:
+    def open_master(self, host: str, timeout: float = 60) -> bool:
         """Start the master connection to ``host`` that later commands share (one
         handshake per host, not per process), unless a kept one is already there; it
         runs until :meth:`close_master`, or until it has been unused for ``keep``
-        seconds."""
+        seconds. Whether it started one."""
         if not self.control_path:
-            return
+            return False
         with self._opening(host):  # two at once: the second would be a stray connection
             if self.keep:
                 if self.master_pid(host):
-                    return
+                    return False
                 _remove_dead_sockets(os.path.dirname(self.control_path))
             persist = f"{self.keep}s" if self.keep else "yes"
             argv = [*self._options("yes"), "-N", "-f", "-o", f"ControlPersist={persist}", host]
@@ -115,6 +115,7 @@ class SshOptions:
                     errors.seek(0)
                     said = errors.read().decode(errors="replace")
                     raise RemoteError(explain(host, code, said, self))
+        return True
 
     @contextlib.contextmanager
     def _opening(self, host: str) -> Iterator[None]:
@@ -178,7 +179,10 @@ def _remove_dead_sockets(directory: str) -> None:
     run the connection meant to be the master as a lone one instead, for ever (``-N``)."""
     with os.scandir(directory) as entries:
         for entry in entries:
-            if not stat.S_ISSOCK(entry.stat(follow_symlinks=False).st_mode):
+            try:  # another host's opening may remove it, or ssh rename its temporary one
+                if not stat.S_ISSOCK(entry.stat(follow_symlinks=False).st_mode):
+                    continue
+            except FileNotFoundError:
                 continue
             with socket.socket(socket.AF_UNIX) as probe:
                 try:
