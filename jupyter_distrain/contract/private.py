@@ -58,10 +58,10 @@ def runtime_dir() -> Path:
     runtime = Path(os.environ.get("XDG_RUNTIME_DIR") or "/tmp") / f"jupyter-distrain-{os.getuid()}"
     with contextlib.suppress(OSError):
         runtime.mkdir(mode=0o700)
-    if _is_private_dir(runtime):
+    if is_private_dir(runtime):
         return runtime
     with _fallback_lock:
-        if _fallback_runtime is None or not _is_private_dir(_fallback_runtime):
+        if _fallback_runtime is None or not is_private_dir(_fallback_runtime):
             made = Path(tempfile.mkdtemp(prefix=f"jd-{os.getuid()}-", dir="/tmp"))
             atexit.register(shutil.rmtree, made, ignore_errors=True)
             log.warning("%s is not a private directory of this user: using %s", runtime, made)
@@ -73,7 +73,7 @@ _fallback_runtime: Path | None = None  # runtime_dir's, once the shared one was 
 _fallback_lock = threading.Lock()
 
 
-def _is_private_dir(path: Path) -> bool:
+def is_private_dir(path: Path) -> bool:
     """Whether ``path`` is a directory (not a link) of this user that only it can use."""
     try:
         info = path.lstat()

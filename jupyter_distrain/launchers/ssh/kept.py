@@ -19,18 +19,17 @@ import hashlib
 import json
 import logging
 import os
-import stat
 from pathlib import Path
 from typing import Any
 
+from ...contract.private import is_private_dir
 from ...contract.process import Env
 from ...contract.store import runtime_dir, write_atomic
-from .session import SshOptions, on_each
+from .session import CONTROL_DIR_CHARS, SshOptions, on_each
 
 log = logging.getLogger(__name__)
 
 DEFAULT_KEEP_SECONDS = 300
-LONGEST_DIR = 45  # ssh adds a 40-character hash (%C) and a temporary suffix to it
 PREFIX = "ssh-kept-"
 
 
@@ -42,23 +41,18 @@ def keep_seconds() -> int:
         return DEFAULT_KEEP_SECONDS
 
 
-def _plain(options: SshOptions) -> SshOptions:
-    return dataclasses.replace(options, control_path="", keep=0)
-
-
 def kept(options: SshOptions) -> SshOptions:
     """``options`` going through this user's kept masters; unchanged where none are kept
     (a keep of 0, or a runtime directory too deep for ssh's socket names)."""
     seconds = keep_seconds()
     if not seconds:
         return options
-    described = json.dumps(dataclasses.asdict(_plain(options)), sort_keys=True)
+    described = json.dumps(options.described(), sort_keys=True)
     path = runtime_dir() / f"{PREFIX}{hashlib.sha256(described.encode()).hexdigest()[:10]}"
-    if len(str(path)) > LONGEST_DIR:
+    if len(str(path)) > CONTROL_DIR_CHARS:
         return options
     path.mkdir(mode=0o700, exist_ok=True)
-    info = path.lstat()
-    if not stat.S_ISDIR(info.st_mode) or info.st_uid != os.getuid() or info.st_mode & 0o077:
+    if not is_private_dir(path):
         return options
     return dataclasses.replace(options, control_path=f"{path}/%C", keep=seconds)
 
@@ -100,7 +94,7 @@ def remember(options: SshOptions, host: str, key: str, found: dict[str, Any]) ->
     path = _record_path(options, host)
     record = _read(path)
     if record.get("master") != pid or record.get("host") != host:
-        record = {"host": host, "options": dataclasses.asdict(_plain(options)), "master": pid}
+        record = {"host": host, "options": options.described(), "master": pid}
     record.setdefault("found", {})[key] = found
     write_atomic(path, json.dumps(record))
 
@@ -116,14 +110,13 @@ class KeptMaster:
 
 def _recorded() -> list[tuple[str, SshOptions]]:
     """Every host with a record of a kept master, and the options that reach it."""
-    fields = {f.name for f in dataclasses.fields(SshOptions)}
     found = []
     for record_path in sorted(runtime_dir().glob(f"{PREFIX}*/*.json")):
         record = _read(record_path)
         given = record.get("options")
         if not isinstance(given, dict) or not isinstance(record.get("host"), str):
             continue
-        options = kept(SshOptions(**{k: v for k, v in given.items() if k in fields}))
+        options = kept(SshOptions.from_described(given))
         if Path(options.control_path).parent == record_path.parent:
             found.append((record["host"], options))
     return found

@@ -43,7 +43,7 @@ from .kept import kept
 from .mpi import start_mpirun
 from .pools import remember as remember_pool_host
 from .preflight import RemoteHost, preflight, remote_socket
-from .session import RemoteError, SshOptions, on_each
+from .session import CONTROL_DIR_CHARS, RemoteError, SshOptions, agent_answer, on_each
 
 log = logging.getLogger(__name__)
 
@@ -53,7 +53,7 @@ def _control_dir() -> str:
     its path would be too long for ssh's socket names (a 40-character hash and a
     temporary suffix go after it)."""
     path = runtime_dir() / f"ssh-{secrets.token_hex(4)}"
-    if len(str(path)) > 45:
+    if len(str(path)) > CONTROL_DIR_CHARS:
         return ""
     path.mkdir(mode=0o700)
     return str(path)
@@ -198,10 +198,10 @@ class SshLauncher(Launcher):
         args += ["--address", host.address, "--ports", str(host.slots + 2)]
         files = job_files_archive(self.job.path)
         out = self.options.run(name, args, claims.encode() + b"\n" + files)
+        answer = agent_answer(name, out)
         try:
-            answer = json.loads(out.decode().strip().splitlines()[-1])
             ports, removed = list(map(int, answer["ports"])), list(map(str, answer["removed"]))
-        except (ValueError, IndexError, KeyError, TypeError):
+        except (ValueError, KeyError, TypeError):
             raise RemoteError(f"host {name}: the agent answered {out[:200]!r}") from None
         if removed:
             log.info("host %s: removed what ended jobs left there: %s", name, ", ".join(removed))

@@ -4,7 +4,6 @@ local pools' directory; listing or clearing asks each host's agent (``pools``)."
 
 from __future__ import annotations
 
-import dataclasses
 import fcntl
 import json
 from pathlib import Path
@@ -13,7 +12,7 @@ from typing import Any
 from ...contract.store import write_atomic
 from ...pool.client import PoolInfo, pools_dir
 from .kept import kept
-from .session import RemoteError, SshOptions, on_each
+from .session import RemoteError, SshOptions, agent_answer, on_each
 
 HOSTS_FILE = "ssh-hosts.json"
 ASK_SECONDS = 20.0
@@ -22,7 +21,7 @@ ASK_SECONDS = 20.0
 def remember(host: str, options: SshOptions) -> None:
     """Note that ``host`` (reached with ``options``) may have a pool of ours."""
     base = pools_dir(create=True)
-    entry = dataclasses.asdict(dataclasses.replace(options, control_path="", keep=0))
+    entry = options.described()
     with open(base / (HOSTS_FILE + ".lock"), "a") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         hosts = _read(base)
@@ -46,13 +45,12 @@ def host_pools(drain: bool = False, root: Path | None = None) -> dict[str, list[
     names = sorted(hosts)
 
     def ask(name: str) -> list[PoolInfo]:
-        fields = {f.name for f in dataclasses.fields(SshOptions)}
-        options = kept(SshOptions(**{k: v for k, v in hosts[name].items() if k in fields}))
+        options = kept(SshOptions.from_described(hosts[name]))
         out = options.run(name, ["pools", *(["--drain"] if drain else [])], timeout=ASK_SECONDS)
+        rows = agent_answer(name, out)
         try:
-            rows = json.loads(out.decode().strip().splitlines()[-1])
             return [PoolInfo(**row) for row in rows]
-        except (ValueError, IndexError, TypeError):
+        except TypeError:
             raise RemoteError(f"host {name}: the agent answered {out[:200]!r}") from None
 
     answers = on_each(names, ask)

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import dataclasses
 import ipaddress
-import json
 import re
 from typing import Any
 
@@ -21,7 +20,7 @@ from ..agent.client import other_version
 from ..agent.host import JOBS_ROOT, PROTOCOL
 from .hosts import parse_hosts
 from .kept import kept, recall, remember
-from .session import RemoteError, SshOptions, on_each
+from .session import RemoteError, SshOptions, agent_answer, on_each
 
 REMOTE_ROOT = JOBS_ROOT  # under the remote user's home
 # what argparse says when an agent of another version does not know a command or option
@@ -100,10 +99,7 @@ def preflight(
             if _USAGE_RE.search(str(exc)):  # an older agent: it knows no such option
                 raise RemoteError(other_version(f"host {name}", {})) from None
             raise
-        try:
-            info = json.loads(out.decode().strip().splitlines()[-1])
-        except (ValueError, IndexError):
-            raise RemoteError(f"host {name}: the agent answered {out[:200]!r}") from None
+        info = agent_answer(name, out)
         if not isinstance(info, dict) or info.get("protocol") != PROTOCOL:
             raise RemoteError(other_version(f"host {name}", info if isinstance(info, dict) else {}))
         return info

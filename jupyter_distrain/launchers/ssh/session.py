@@ -10,6 +10,7 @@ import contextlib
 import dataclasses
 import fcntl
 import hashlib
+import json
 import os
 import re
 import shlex
@@ -25,6 +26,9 @@ from typing import Any, TypeVar
 AGENT_MODULE = "jupyter_distrain.launchers.agent"
 ALIVE_INTERVAL = 2  # seconds between ssh's keepalives; 3 unanswered end the connection
 CONNECT_TIMEOUT = 10
+# the longest directory for master sockets: ssh adds a 40-character hash (%C) and a
+# temporary suffix, within a Unix socket's 108 bytes
+CONTROL_DIR_CHARS = 45
 
 T = TypeVar("T")
 H = TypeVar("H")
@@ -59,6 +63,16 @@ class SshOptions:
             given["ssh_accept_new_hosts"],
             given["remote_python"] or python,
         )
+
+    def described(self) -> dict[str, Any]:
+        """How to reach a host, without where its master connection is (kept on disk)."""
+        return dataclasses.asdict(dataclasses.replace(self, control_path="", keep=0))
+
+    @classmethod
+    def from_described(cls, described: Mapping[str, Any]) -> SshOptions:
+        """Back from :meth:`described` (names it does not know are left out)."""
+        fields = {f.name for f in dataclasses.fields(cls)}
+        return cls(**{k: v for k, v in described.items() if k in fields})
 
     def _options(self, master: str = "no") -> list[str]:
         checking = "accept-new" if self.accept_new else "yes"
@@ -192,6 +206,15 @@ def _remove_dead_sockets(directory: str) -> None:
                         os.unlink(entry.path)
                 except OSError:
                     pass
+
+
+def agent_answer(host: str, out: bytes) -> Any:
+    """The JSON line an agent's command on ``host`` ended its output with, or
+    :class:`RemoteError` saying what it answered instead."""
+    try:
+        return json.loads(out.decode().strip().splitlines()[-1])
+    except (ValueError, IndexError):
+        raise RemoteError(f"host {host}: the agent answered {out[:200]!r}") from None
 
 
 def explain(host: str, code: int, stderr: str, options: SshOptions) -> str:
