@@ -17,6 +17,7 @@ from multihost import ssh_cluster
 from raycluster import QUIET_RAY
 
 from jupyter_distrain.client import bench
+from jupyter_distrain.client.bench.settings import program_text
 from jupyter_distrain.client.job import Job
 from jupyter_distrain.client.magics import DistributedMagics
 from jupyter_distrain.contract.spec import SpecError
@@ -67,6 +68,17 @@ def test_synchronous_parameter_servers_are_benched_with_the_seeds_program(jobs_r
         assert roles == ["ps"] * int(row.backend[9]) + ["worker"] * row.workers  # no chief
         # the seed's contract, synchronously: TF1's SyncReplicasOptimizer in `run`
         assert status.backend_info["tf1_run"] and "SyncReplicasOptimizer" in job.spec.code
+
+
+def test_the_sync_ps_rate_is_timed_across_a_jump_in_the_global_step():
+    # any worker's gradient counts towards a global step, so the chief can read 4 then 10
+    # (the end): timed from its first read past the warm-up, it had measured 0 images/sec
+    program = {"STEPS": 5}
+    exec(program_text("ps_sync.py"), program)
+    rate = program["images_per_sec"]
+    assert rate([(2, 0.0), (4, 1.0), (10, 2.5)], images_per_step=16) == 16 * 6 / 1.5
+    assert rate([(2, 0.0), (6, 1.0), (8, 2.0), (10, 3.0)], images_per_step=16) == 16 * 4 / 2
+    assert rate([(10, 1.0)], images_per_step=16) is None  # no rate rather than a wrong one
 
 
 @pytest.mark.horovod

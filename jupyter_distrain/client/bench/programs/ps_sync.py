@@ -28,15 +28,26 @@ def run(cluster, server, task_index):  # Cloudera's TF1 contract: graph mode
         tf.compat.v1.train.StopAtStepHook(last_step=STEPS * EPOCHS),
     ]
     config = tf.compat.v1.ConfigProto(device_filters=["/job:ps", f"/job:worker/task:{task_index}"])
-    first = None  # (global step, time) when the first epoch (the warm-up) is over
+    seen = []  # (global step, time) as this worker read them
     with tf.compat.v1.train.MonitoredTrainingSession(
         master=server.target, is_chief=chief, hooks=hooks, config=config, stop_grace_period_secs=2
     ) as session:
         while not session.should_stop():
-            step = session.run([train_op, global_step])[1]
-            if first is None and step >= STEPS:
-                first = (step, time.perf_counter())
-            last = (step, time.perf_counter())
-    if chief:  # each global step is one batch from every worker
-        rate = BATCH * workers * (last[0] - first[0]) / (last[1] - first[1])
+            seen.append((session.run([train_op, global_step])[1], time.perf_counter()))
+    rate = images_per_sec(seen, BATCH * workers)  # each global step: a batch from every worker
+    if chief and rate:
         print(f"BENCH images_per_sec={rate:.1f}", flush=True)
+
+
+def images_per_sec(seen, images_per_step):
+    """The rate from the chief's reads of the global step, or None when it read only the end.
+
+    Any worker's gradient counts towards a global step, so the chief can read jumps (say 4
+    then 10): timed from its first read past the warm-up epoch, else from its last read
+    before the end, to its last read."""
+    last = seen[-1]
+    earlier = [read for read in seen if read[0] < last[0]]
+    first = next((read for read in earlier if read[0] >= STEPS), earlier[-1] if earlier else None)
+    if first is None:
+        return None
+    return images_per_step * (last[0] - first[0]) / (last[1] - first[1])
