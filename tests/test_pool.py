@@ -40,6 +40,7 @@ report = {
     "ppid": os.getppid(),
     "sid": os.getsid(0),
     "draws": [__import__("numpy").random.random(), __import__("random").random()],
+    "frozen": __import__("gc").get_freeze_count(),
     "autogroup": open("/proc/self/autogroup").read() if os.path.exists("/proc/self/autogroup") else "",
 }
 print("REPORT " + json.dumps(report), flush=True)
@@ -106,6 +107,9 @@ def test_a_rerun_takes_pooled_processes_that_behave_like_fresh_workers(pool_on, 
         assert "TF2_BEHAVIOR" in report["env_names"]
         # the job's private network namespace, not the keeper's (the host's)
         assert report["netns"] != os.stat("/proc/self/ns/net").st_ino
+        # what the pre-import made is frozen: the job's full collections do not scan it
+        assert _report(first, index)["frozen"] == 0
+        assert report["frozen"] > 100_000
     assert _report(second, 0)["netns"] == _report(second, 1)["netns"]
     # each ran one job and is gone; the pool refilled with new processes
     assert not any(psutil.pid_exists(pid) for pid in idle)
