@@ -73,7 +73,8 @@ helpers = sorted({c.co_name for c in codes if "/horovod/" in c.co_filename})
 kernels = hvd.allgather(tf.constant(model.layers[0].kernel.numpy()[None])).numpy()
 same = kernels[0] == kernels[1]
 print(f"horovod converted {','.join(helpers) or '-'} keras converted "
-      f"{sum('/keras/' in c.co_filename for c in codes)} in step {bool(same.all())}", flush=True)
+      f"{sum('/keras/' in c.co_filename for c in codes)} in step {bool(same.all())} "
+      f"traced {model.train_function.experimental_get_tracing_count()}", flush=True)
 """
 
 
@@ -88,10 +89,12 @@ def test_autograph_leaves_horovods_code_alone_unless_asked(
     out = kernel.execute(f"%%distributed --workers 2{env}\n" + KERAS_CONVERSIONS)
     assert out.error is None, out.error_text + out.stdout
     found = re.findall(
-        r"^\[\d\] horovod converted (\S+) keras converted (\d+) in step (\w+)$", out.stdout, re.M
+        r"^\[\d\] horovod converted (\S+) keras converted (\d+) in step (\w+) traced (\d+)$",
+        out.stdout,
+        re.M,
     )
     assert len(found) == 2, out.stdout
-    for horovod, keras, in_step in found:
+    for horovod, keras, in_step, traced in found:
         # Horovod's allreduce helper, called inside Keras's train step, and the bodies
         # of its tf.functions (the optimizer's allreduce, the callback's broadcast)
         helpers = set(horovod.split(","))
@@ -99,3 +102,6 @@ def test_autograph_leaves_horovods_code_alone_unless_asked(
         assert helpers >= expected if horovod_converted else horovod == "-", horovod
         assert int(keras) > 0
         assert in_step == "True"  # the allreduce kept both replicas' weights equal
+        # the optimizer was built before the first step: the train step traced once, not
+        # again after it created the optimizer's variables
+        assert traced == "1"

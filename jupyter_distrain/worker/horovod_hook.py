@@ -34,6 +34,7 @@ import functools
 import sys
 from typing import Any
 
+from .keras_hook import build_optimizer
 from .patching import patch_on_import
 
 ELASTIC_MODULE = "horovod.tensorflow.elastic"
@@ -69,16 +70,6 @@ def trace_subgraphs_unconverted(util: Any) -> None:
         module = sys.modules.get(name)
         if module is not None and getattr(module, "_make_subgraph", None) is original:
             module._make_subgraph = _make_subgraph
-
-
-def build_optimizer(model: Any, optimizer: Any) -> None:
-    """Create the optimizer's variables now if it has not yet (no-op otherwise)."""
-    if optimizer is None or not getattr(model, "built", True) or getattr(optimizer, "_built", 0):
-        return
-    if hasattr(optimizer, "_create_all_weights"):  # legacy optimizers: creates what is missing
-        optimizer._create_all_weights(model.trainable_variables)
-    elif hasattr(optimizer, "build"):  # Keras 2.11+ optimizers, not built before a first step
-        optimizer.build(model.trainable_variables)
 
 
 def patch_elastic_state(module: Any) -> None:
