@@ -148,3 +148,30 @@ def test_a_runtime_directory_another_user_made_first_is_passed_over(made_first):
     assert first == again and first.startswith("/tmp/") and first != shared
     assert (mode, mine) == ("0o700", "True")
     assert "control.sock" not in listed  # nothing went into the other user's directory
+
+
+def test_plugins_are_read_once_and_a_plugin_installed_since_is_found(monkeypatch):
+    from importlib.metadata import EntryPoint
+
+    from jupyter_distrain import plugins
+
+    group = "jupyter_distrain.test_plugins"
+    installed = [EntryPoint("one", "json:JSONDecoder", group)]
+    reads = []
+
+    def entry_points(group: str) -> list[EntryPoint]:
+        reads.append(group)
+        return [ep for ep in installed if ep.group == group]
+
+    monkeypatch.setattr(plugins, "entry_points", entry_points)
+    plugins._registered.cache_clear()
+    try:
+        assert plugins.load_plugin(group, "one") is json.JSONDecoder
+        assert plugins.load_plugin(group, "one") is json.JSONDecoder
+        assert reads == [group]  # each installed distribution's metadata read once
+        installed.append(EntryPoint("two", "json:JSONEncoder", group))  # pip install meanwhile
+        assert plugins.load_plugin(group, "two") is json.JSONEncoder
+        with pytest.raises(ValueError, match="unknown test_plugin 'three'; available: one, two"):
+            plugins.load_plugin(group, "three")
+    finally:
+        plugins._registered.cache_clear()
