@@ -138,8 +138,8 @@ def test_the_pool_imports_once_and_forks_one_run_ahead_so_reruns_straight_after_
 
     second = submit(JobSpec(code=held, workers=2, backend=LIGHT))  # straight after
     assert poll_until(lambda: second.status().state == "running", 60)
-    # its claims had the zygote fork the next run's processes at once (the listing is
-    # written a moment after the claims: it may still show one the job took as idle)
+    # its claims had the zygote fork the next run's processes at once (read once the
+    # listing no longer shows one the job took as idle)
     claimed = {p.pid for p in second.status().processes}
 
     def forked_ahead() -> list[int] | None:

@@ -59,8 +59,8 @@ log = logging.getLogger("jupyter_distrain.pool")
 
 TICK_SECONDS = 5.0  # the loop wakes on requests and on SIGCHLD; this is for expiry only
 # A run claims its processes one after another, each once the last was handed over: the
-# refill (a fork of the zygote, its memory measured) and the state's write wait until no
-# claim came for this long, rather than delay the run's next claim by ~30 ms each
+# refill (a fork of the zygote, its memory measured) waits until no claim came for this
+# long, rather than delay the run's next claim by ~30 ms each
 CLAIMS_QUIET_SECONDS = 0.1
 
 
@@ -110,7 +110,7 @@ class Keeper:
                 self.stock.drain(f"unused for {self.settings.idle_seconds:g} s")
             if time.monotonic() - self.last_claim >= CLAIMS_QUIET_SECONDS:
                 self._step(self._refill)
-                self._step(self._save)
+            self._step(self._save)  # cheap: the listing shows each claim at once
         log.info("keeper exits: the pool is empty and unused")
 
     def _step(self, action: Callable[..., None], *args: Any) -> None:
