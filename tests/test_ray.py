@@ -485,12 +485,14 @@ def test_a_worker_over_its_memory_is_killed_naming_it(cluster):
 
 
 def test_a_rerun_takes_warm_processes_from_each_nodes_own_pool(
-    cluster, driver, jobs_root, monkeypatch
+    cluster, driver, jobs_root, monkeypatch, capsys
 ):
     """Each node's pool (under the node's home, named by its host name) is started by
     the first job there and filled beside it: the re-run takes its ranks
     warm on both nodes, handed their secret in memory as cold ones are, and they still
-    synchronise. Drained, nothing of it is left."""
+    synchronise. ``%distributed pool`` lists each node's pool with its memory, and
+    ``--clear`` drains them: nothing of it is left."""
+    from jupyter_distrain.client.commands import print_pools
     from jupyter_distrain.pool import client as pool_client
 
     spec = JobSpec(code=DDP_PROGRAM, workers=2, backend="torch", **cluster.options())
@@ -507,6 +509,17 @@ def test_a_rerun_takes_warm_processes_from_each_nodes_own_pool(
 
         second = ddp_rerun_from_the_pool(spec, monkeypatch, ready)
         assert len({d.name for d in pools()}) == 2  # one pool per node
+        capsys.readouterr()
+        print_pools(clear=False)
+        listed = capsys.readouterr().out
+        for node in cluster.all_nodes:
+            line = re.search(rf"^on {re.escape(node.address)} \(Ray\): torch-.*$", listed, re.M)
+            assert line, listed
+            assert re.search(r"keeper pid \d+; [12] idle.* \d+ MiB idle", line.group(0)), listed
+        print_pools(clear=True)
+        cleared = capsys.readouterr().out
+        for node in cluster.all_nodes:
+            assert f"on {node.address} (Ray): asked 1 pool(s)" in cleared, cleared
     finally:
         for directory in pools():
             pool_client.drain(base=directory)

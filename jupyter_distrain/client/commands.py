@@ -116,15 +116,16 @@ def print_status(job: Job, gpu_text: Callable[[Any], str] = lambda process: "") 
 
 
 def print_pools(clear: bool) -> None:
-    """The warm pools, a line each, here and on the ssh hosts jobs started one on, and
-    the ssh connections kept to hosts (``clear``: end their idle processes and close
-    the connections instead)."""
+    """The warm pools, a line each, here, on the ssh hosts and on the Ray clusters' nodes
+    jobs started one on, and the ssh connections kept to hosts (``clear``: end their
+    idle processes and close the connections instead)."""
+    from ..launchers.ray.pools import cluster_pools
     from ..launchers.ssh.kept import close_kept, kept_masters
     from ..launchers.ssh.pools import host_pools
     from ..pool import client
 
     if clear:
-        hosts = host_pools(drain=True)
+        hosts = {**host_pools(drain=True), **cluster_pools(drain=True)}
         print(f"Asked {client.drain()} pool(s) to end their idle processes.")
         for host, answer in hosts.items():
             said = answer if isinstance(answer, str) else f"asked {len(answer)} pool(s)"
@@ -139,7 +140,7 @@ def print_pools(clear: bool) -> None:
             f"ends after {master.options.keep} s unused"
         )
     pools = [("", info) for info in client.list_pools()]
-    for host, answer in host_pools().items():
+    for host, answer in {**host_pools(), **cluster_pools()}.items():
         if isinstance(answer, str):
             print(f"on {host}: cannot list its pools: {answer}")
             continue

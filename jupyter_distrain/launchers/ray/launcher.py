@@ -35,7 +35,6 @@ import logging
 import os
 import shutil
 import signal
-import subprocess
 import sys
 import tempfile
 import threading
@@ -56,7 +55,8 @@ from ..base import LaunchedProcess, Launcher, LauncherOption, ProcessSpec, Slot
 from ..isolation import private_network
 from ..limits import thread_env
 from .node import ROOT, SlotAgent
-from .probe import import_ray, recall_probe, remember_probe
+from .pools import remember as remember_cluster
+from .probe import import_ray, recall_probe, remember_probe, run_driver
 
 log = logging.getLogger(__name__)
 
@@ -150,30 +150,15 @@ def preflight(spec: JobSpec, processes: int) -> dict[str, Any]:
 def _probe(spec: JobSpec, address: str, python: str) -> dict[str, Any]:
     """What :mod:`.probe` found at ``address``; a :class:`SpecError` saying why not."""
     where = address or "a running Ray"
-    argv = [python, "-m", "jupyter_distrain.launchers.ray.probe"]
-    env = {**os.environ, **QUIET}
-    with subprocess.Popen(
-        [*argv, address],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        env=env,
-        start_new_session=True,
-    ) as probe:
-        try:
-            out, err = probe.communicate(timeout=spec.timeout)
-        except subprocess.TimeoutExpired:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(probe.pid, signal.SIGKILL)
-            probe.communicate()
-            raise SpecError(
-                f"--address: the Ray cluster at {where} did not answer within "
-                f"{spec.timeout:g} s (--timeout)"
-            ) from None
     try:
-        found = json.loads(out.decode().strip().splitlines()[-1])
-    except (ValueError, IndexError):
-        said = err.decode(errors="replace").strip().splitlines()[-1:] or ["no answer"]
-        raise SpecError(f"--address: the Ray pre-flight failed: {said[0]}") from None
+        found = run_driver("jupyter_distrain.launchers.ray.probe", [address], python, spec.timeout)
+    except TimeoutError:
+        raise SpecError(
+            f"--address: the Ray cluster at {where} did not answer within "
+            f"{spec.timeout:g} s (--timeout)"
+        ) from None
+    except RuntimeError as exc:
+        raise SpecError(f"--address: the Ray pre-flight failed: {exc}") from None
     if "error" in found:
         raise SpecError(f"--address: {found['error']}")
     return found
@@ -309,6 +294,7 @@ class RayLauncher(Launcher):
         self.actors: list[SlotActor] = []
         self._result_slots: set[int] = set()  # rank 0's: the result comes from it
         self._handoff: dict[str, str] = {}  # what every process is handed (read at place)
+        self._pools_remembered = False
 
     # --- at submit -------------------------------------------------------------------
     @classmethod
@@ -440,6 +426,9 @@ class RayLauncher(Launcher):
         pool = pool_request(self.spec, proc.argv, env, self.run_id)
         if pool:  # from the node's warm pool, when it has one ready
             request["pool"] = pool
+            if self.address and not self._pools_remembered:
+                self._pools_remembered = True
+                remember_cluster(self.address)  # for %distributed pool
         started = ray.get(
             actor.handle.start.remote(request, str(proc.id), python),
             timeout=CALL_SECONDS,

@@ -16,11 +16,14 @@ the cluster's GCS still answers at its address.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import logging
 import os
+import signal
 import socket
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -67,14 +70,14 @@ def answers(address: str) -> str | None:
         return exc.strerror or str(exc) or type(exc).__name__
 
 
-def probe(address: str) -> dict[str, Any]:
-    """What the launcher needs to know about the cluster at ``address``."""
+def connect_driver(address: str) -> str | None:
+    """Make this process a driver of the cluster at ``address`` ("": a running one);
+    why not, or None. "" when there is no running Ray and no address was given."""
     if address:
         why = answers(address)
         if why:
-            return {"error": f"no Ray cluster answers at {address} ({why})"}
+            return f"no Ray cluster answers at {address} ({why})"
     ray = import_ray()
-
     for key, value in QUIET.items():
         os.environ.setdefault(key, value)
     try:
@@ -85,12 +88,21 @@ def probe(address: str) -> dict[str, Any]:
             configure_logging=False,
         )
     except ConnectionError as exc:
-        if not address:
-            return {"address": "", "nodes": []}
-        return {"error": f"cannot connect to the Ray cluster at {address}: {exc}"}
+        return f"cannot connect to the Ray cluster at {address}: {exc}" if address else ""
     except Exception as exc:  # Ray's own refusals (versions, raylets): say what it said
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        return {"error": f"cannot connect to the Ray cluster at {address or 'auto'}: {first}"}
+        return f"cannot connect to the Ray cluster at {address or 'auto'}: {first}"
+    return None
+
+
+def probe(address: str) -> dict[str, Any]:
+    """What the launcher needs to know about the cluster at ``address``."""
+    why = connect_driver(address)
+    if why == "":
+        return {"address": "", "nodes": []}
+    if why:
+        return {"error": why}
+    ray = import_ray()
     try:
         nodes = [
             {"address": n["NodeManagerAddress"], "resources": n["Resources"]}
@@ -101,6 +113,35 @@ def probe(address: str) -> dict[str, Any]:
     finally:
         ray.shutdown()
     return {"address": gcs, "nodes": nodes}
+
+
+def run_driver(module: str, args: list[str], python: str, timeout: float) -> dict[str, Any]:
+    """Run ``python -m module args`` (a Ray driver of its own, so the notebook's kernel
+    never becomes one) and return the JSON object it printed last; :class:`TimeoutError`
+    (its process group killed) past ``timeout``, :class:`RuntimeError` (its last line of
+    stderr) when it printed none."""
+    with subprocess.Popen(
+        [python, "-m", module, *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env={**os.environ, **QUIET},
+        start_new_session=True,
+    ) as driver:
+        try:
+            out, err = driver.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(driver.pid, signal.SIGKILL)
+            driver.communicate()
+            raise TimeoutError(f"no answer within {timeout:g} s") from None
+    try:
+        found = json.loads(out.decode().strip().splitlines()[-1])
+    except (ValueError, IndexError):
+        found = None
+    if not isinstance(found, dict):
+        said = err.decode(errors="replace").strip().splitlines()[-1:] or ["no answer"]
+        raise RuntimeError(said[0])
+    return found
 
 
 def _remembered_path(key: str) -> Path:

@@ -4,13 +4,10 @@ local pools' directory; listing or clearing asks each host's agent (``pools``)."
 
 from __future__ import annotations
 
-import fcntl
-import json
 from pathlib import Path
-from typing import Any
 
-from ...contract.store import write_atomic
-from ...pool.client import PoolInfo, pools_dir
+from ...pool import places
+from ...pool.client import PoolInfo
 from .kept import kept
 from .session import RemoteError, SshOptions, agent_answer, on_each
 
@@ -20,28 +17,13 @@ ASK_SECONDS = 20.0
 
 def remember(host: str, options: SshOptions) -> None:
     """Note that ``host`` (reached with ``options``) may have a pool of ours."""
-    base = pools_dir(create=True)
-    entry = options.described()
-    with open(base / (HOSTS_FILE + ".lock"), "a") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        hosts = _read(base)
-        if hosts.get(host) != entry:
-            hosts[host] = entry
-            write_atomic(base / HOSTS_FILE, json.dumps(hosts, indent=1))
-
-
-def _read(base: Path) -> dict[str, dict[str, Any]]:
-    try:
-        hosts = json.loads((base / HOSTS_FILE).read_text())
-    except (OSError, ValueError):
-        return {}
-    return hosts if isinstance(hosts, dict) else {}
+    places.remember(HOSTS_FILE, host, options.described())
 
 
 def host_pools(drain: bool = False, root: Path | None = None) -> dict[str, list[PoolInfo] | str]:
     """Each remembered host's pools (after asking them to end their idle processes, with
     ``drain``), or why the host could not be asked."""
-    hosts = _read(pools_dir(root))
+    hosts = places.remembered(HOSTS_FILE, root)
     names = sorted(hosts)
 
     def ask(name: str) -> list[PoolInfo]:
