@@ -100,7 +100,7 @@ class Keeper:
         been unused for the idle limit."""
         log.info("keeper of %s pool %s, pid %d", self.kind, self.dir.name, os.getpid())
         while self.claims.claimed or self.stock.pids() or not self._unused():
-            quiet_in = self.last_claim + CLAIMS_QUIET_SECONDS - time.monotonic()
+            quiet_in = self._claims_quiet_in()
             for key, _ in self.selector.select(quiet_in if quiet_in > 0 else TICK_SECONDS):
                 self._step(key.data, key.fileobj)
             self._reap()
@@ -108,10 +108,15 @@ class Keeper:
             self.claims.serve()
             if self._unused():
                 self.stock.drain(f"unused for {self.settings.idle_seconds:g} s")
-            if time.monotonic() - self.last_claim >= CLAIMS_QUIET_SECONDS:
+            if self._claims_quiet_in() <= 0:
                 self._step(self._refill)
             self._step(self._save)  # cheap: the listing shows each claim at once
         log.info("keeper exits: the pool is empty and unused")
+
+    def _claims_quiet_in(self) -> float:
+        """Seconds until the claims have been quiet for ``CLAIMS_QUIET_SECONDS`` (<= 0:
+        they have, and the pool may refill)."""
+        return self.last_claim + CLAIMS_QUIET_SECONDS - time.monotonic()
 
     def _step(self, action: Callable[..., None], *args: Any) -> None:
         """One step of the loop; an ``OSError`` (a full disk writing the state, EAGAIN
