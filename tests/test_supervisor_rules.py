@@ -459,3 +459,20 @@ def test_without_isolation_the_open_ports_are_named_once(harness):
         "no private network namespace (Operation not permitted): reachable from other hosts: "
         "TensorFlow gRPC (unauthenticated) on ports 20000, 20001"
     )
+
+
+def test_a_remote_process_reported_after_its_hello_gets_its_pid_and_pool_in_its_row(harness):
+    """A host's agent reports its process's pid, and whether the host's pool gave it, on
+    the ssh connection; the process's hello comes on the job's channel and can arrive
+    first (a pooled process says it at once): the row takes them when the report comes."""
+    h = harness()
+    remote = h.procs[W1]
+    os_pid, remote.pid = remote.pid, 0  # the agent has not reported yet
+    h.sup.table.entry(W1).record.pid = 0
+    h.hello(W0)
+    h.hello(W1, os_pid)
+    remote.pid, remote.create_time, remote.pooled = os_pid, 1234.5, True  # the report
+    h.tick()
+    h.sup.save()
+    row = {p.id: p for p in h.state.processes}[W1]
+    assert (row.pid, row.create_time, row.pooled) == (os_pid, 1234.5, True)

@@ -29,6 +29,7 @@ from .periodic import (
     DiskWatch,
     GpuWatch,
     HangWatch,
+    LateReports,
     MemoryWatch,
     OrphanReaper,
     Saver,
@@ -89,7 +90,7 @@ class Supervisor:
         self.startup = StartupDeadline(self)
         self.duties = [self.startup, MemoryWatch(self), ScaleTimeout(self), OrphanReaper(self)]
         self.duties += [HangWatch(self), StallWatch(self), DiskWatch(self), GpuWatch(self)]
-        self.duties.append(Saver(self))
+        self.duties += [LateReports(self), Saver(self)]
         self._loop_thread = threading.get_ident()
 
     @property

@@ -1,7 +1,8 @@
 """The supervisor's periodic duties, each a small object the loop ticks: the startup
 deadline (``--timeout``), memory limits (``--memory``), sampling GPUs, hung processes
 (``--hang-timeout``), a full disk, stalled training (``--stall-timeout``), the scale
-timeout, reaping orphans, and saving live metrics to state.json."""
+timeout, reaping orphans, what hosts' agents reported after a hello, and saving live
+metrics to state.json."""
 
 from __future__ import annotations
 
@@ -174,6 +175,24 @@ class OrphanReaper(Periodic):
     def run(self) -> None:
         if self.supervisor.gen is not None:
             self.supervisor.gen.launcher.reap()
+
+
+class LateReports(Periodic):
+    """Copies into a row what its launcher learnt after the process said hello: a host's
+    agent reports its process's pid, start time and whether the host's pool gave it on
+    the ssh connection, and a pooled process's hello on the job's channel can come
+    first."""
+
+    def run(self) -> None:
+        sup = self.supervisor
+        for entry in sup.table.launched():
+            handle, record = entry.handle, entry.record
+            if handle is None or not handle.pid:
+                continue
+            if (record.pid, record.pooled) != (handle.pid, handle.pooled):
+                record.pid, record.create_time = handle.pid, handle.create_time
+                record.pooled = handle.pooled
+                sup.dirty = True
 
 
 class Saver(Periodic):
