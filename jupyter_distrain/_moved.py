@@ -6,8 +6,6 @@ through a meta-path finder, so nothing is duplicated in the package's top level.
 from __future__ import annotations
 
 import importlib
-import importlib.abc
-import importlib.util
 import sys
 import warnings
 from importlib.machinery import ModuleSpec
@@ -42,7 +40,7 @@ RUN_AS_MAIN = {"remote": "launchers.agent.__main__"}
 PACKAGE = __name__.rpartition(".")[0]
 
 
-class _Alias(importlib.abc.Loader):
+class _Alias:  # an importlib.abc.Loader (not subclassed: importing that ABC costs ~20 ms)
     def __init__(self, old: str, new: str):
         self.old, self.new = old, new
 
@@ -59,6 +57,8 @@ class _Alias(importlib.abc.Loader):
 
     def get_code(self, fullname: str) -> CodeType | None:
         """What ``python -m OLD`` runs: the new module's code (``runpy`` asks for it)."""
+        import importlib.util
+
         short = self.old[len(PACKAGE) + 1 :]
         target = f"{PACKAGE}.{RUN_AS_MAIN[short]}" if short in RUN_AS_MAIN else self.new
         spec = importlib.util.find_spec(target)
@@ -69,7 +69,7 @@ class _Alias(importlib.abc.Loader):
         return False
 
 
-class MovedModuleFinder(importlib.abc.MetaPathFinder):
+class MovedModuleFinder:  # an importlib.abc.MetaPathFinder
     """Finds ``jupyter_distrain.<old>`` as the module it moved to."""
 
     def find_spec(self, fullname: str, path: object, target: object = None) -> ModuleSpec | None:

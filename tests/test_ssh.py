@@ -41,7 +41,7 @@ from jupyter_distrain.contract.store import list_job_dirs
 from jupyter_distrain.launchers.agent.host import PROTOCOL
 from jupyter_distrain.launchers.ssh.pools import host_pools
 from jupyter_distrain.launchers.ssh.preflight import REMOTE_ROOT
-from jupyter_distrain.launchers.ssh.session import SshOptions
+from jupyter_distrain.launchers.ssh.session import AGENT_MODULE, SshOptions
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="network namespaces need root")
 
@@ -388,11 +388,16 @@ def test_a_host_whose_name_resolves_to_loopback_is_refused_for_horovod(cluster, 
 
 
 def test_a_socket_path_too_long_for_a_host_is_refused_naming_the_limit(cluster, jobs_root):
+    """The sockets ssh forwards are named by the job (its name: 40 characters at most);
+    those of mpirun's guards are in the job's directory, named by the host too."""
+    message = _refused(cluster, jobs_root, name="n" * 40)
+    assert message.startswith("--hosts: host 10.232.0.11: the job's sockets there (/")
+    assert "/.sockets-" in message and "over the 108 a Unix socket's path may have" in message
     host = cluster.hosts[1]
     host.kill_sshd()
     host.start_sshd(hostname="h" * 63)  # the job's directory there is named by the host
     try:
-        message = _refused(cluster, jobs_root)
+        message = _refused(cluster, jobs_root, backend="horovod", controller="mpi")
         assert message.startswith("--hosts: host 10.232.0.12: the job's sockets there (/")
         assert "over the 108 a Unix socket's path may have" in message
         assert "sshd_config" not in message and "10.232.0.11" not in message
@@ -563,6 +568,37 @@ def test_a_host_with_an_agent_of_another_version_is_refused_in_one_line(
 
 
 LOOP = "import time\nwhile True:\n    print('step', flush=True)\n    time.sleep(0.2)\n"
+
+
+def test_the_files_go_with_each_hosts_first_session_and_its_others_wait_for_them(
+    cluster, jobs_root, tmp_path
+):
+    """No round trip of their own for the job's files: the first session of a job on a
+    host carries them (the agent is run for ``preflight`` and ``run`` only, never
+    ``unpack``), and that host's other sessions wait for them (each process ran the
+    cell, so found train.py)."""
+    calls = tmp_path / "calls"
+    python = tmp_path / "python"  # --remote-python: says what it runs, then runs it
+    python.write_text(f'#!/bin/sh\necho "$(hostname) $*" >> {calls}\nexec {sys.executable} "$@"\n')
+    python.chmod(0o755)
+    hosts = f"{cluster.hosts[0].address}:2,{cluster.hosts[1].address}:1"
+    options = {**cluster.options(), "hosts": hosts, "remote_python": str(python)}
+    code = "import os\nprint('rank', os.environ['JUPYTER_DISTRAIN_RANK'], 'ran the cell')\n"
+    job = api.submit(JobSpec(code=code, workers=3, backend="plain", **options))
+    assert job.wait(120) == "succeeded", job.status().error
+    for rank in range(3):
+        assert f"rank {rank} ran the cell" in job.logs(ProcessId("worker", rank))
+    agent = [line.split() for line in calls.read_text().splitlines() if AGENT_MODULE in line]
+    commands = sorted((words[0], words[3]) for words in agent if words[3] != "send")
+    assert commands == [
+        ("jdh1", "preflight"),
+        ("jdh1", "remove"),
+        ("jdh1", "run"),
+        ("jdh1", "run"),
+        ("jdh2", "preflight"),
+        ("jdh2", "remove"),
+        ("jdh2", "run"),
+    ]
 
 
 def test_what_a_killed_job_left_on_the_hosts_goes_at_the_next_contact(cluster, jobs_root):

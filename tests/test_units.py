@@ -175,3 +175,21 @@ def test_plugins_are_read_once_and_a_plugin_installed_since_is_found(monkeypatch
             plugins.load_plugin(group, "three")
     finally:
         plugins._registered.cache_clear()
+
+
+def test_the_moved_modules_old_names_are_the_new_modules_with_a_warning():
+    """``jupyter_distrain.store`` is ``contract.store`` itself (one module object), said
+    once as deprecated; ``python -m jupyter_distrain.remote`` still runs the agent."""
+    program = (
+        "import warnings\n"
+        "with warnings.catch_warnings(record=True) as said:\n"
+        "    warnings.simplefilter('always')\n"
+        "    import jupyter_distrain.store as old\n"
+        "import jupyter_distrain.contract.store as new\n"
+        "print(old is new, [str(w.message) for w in said])\n"
+    )
+    out = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True).stdout
+    assert out.startswith("True ['jupyter_distrain.store is now jupyter_distrain.contract.store")
+    agent = [sys.executable, "-W", "ignore", "-m", "jupyter_distrain.remote", "--help"]
+    usage = subprocess.run(agent, capture_output=True, text=True).stdout
+    assert usage.startswith("usage: python -m jupyter_distrain.launchers.agent")

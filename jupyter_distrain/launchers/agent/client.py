@@ -19,6 +19,7 @@ import contextlib
 import hashlib
 import io
 import json
+import logging
 import socket
 import tarfile
 import threading
@@ -30,6 +31,8 @@ from ...contract.control import CONTROL_FILE, ControlInfo
 from ...contract.handoff import Handoff
 from ..base import LaunchedProcess
 from .host import CARRIED, COPIED, HANDED, KILL, MARK, PING, PROTOCOL, SIGNAL
+
+log = logging.getLogger(__name__)
 
 EXIT_LOST = 255  # the agent ended without reporting an exit code (ssh's own failure code)
 HANG_UP_SECONDS = 5.0  # for an agent to end once its stdin is closed
@@ -111,11 +114,16 @@ def handoff_of(job_path: Path) -> dict[str, str]:
 class AgentClient:
     """One run of the agent (``run`` or ``guard``) over its stdin (``commands``) and its
     stderr (``reports``). ``request``, when given, is sent first (``run`` reads its
-    process's argv and environment from the first line); then a ping every
-    :data:`PING_SECONDS` until the agent ends or is hung up on."""
+    process's argv and environment from the first line), and ``payload`` right after it
+    (the job's files the request announces); then a ping every :data:`PING_SECONDS`
+    until the agent ends or is hung up on."""
 
     def __init__(
-        self, commands: IO[bytes], reports: IO[bytes], request: dict[str, Any] | None = None
+        self,
+        commands: IO[bytes],
+        reports: IO[bytes],
+        request: dict[str, Any] | None = None,
+        payload: bytes = b"",
     ):
         self.commands = commands
         self.reports = reports
@@ -132,6 +140,10 @@ class AgentClient:
         self._reader.start()
         if request is not None:
             self.send(json.dumps(request))
+        if payload:
+            with self._write_lock, contextlib.suppress(OSError, ValueError):
+                self.commands.write(payload)
+                self.commands.flush()
         threading.Thread(target=self._ping, name="agent-ping", daemon=True).start()
 
     def _read(self) -> None:
@@ -146,6 +158,8 @@ class AgentClient:
                     self.pooled = bool(report.get("pooled"))
                     self.pid, self.create_time = report["pid"], report["create_time"]
                     self._started.set()
+                if report.get("removed"):
+                    log.info("removed what ended jobs left on the host: %s", report["removed"])
                 self.rss = report.get("rss", self.rss)
                 if "exit" in report:
                     self.exit_code = report["exit"]

@@ -18,7 +18,13 @@ One short program per ssh session, light to import (no TensorFlow, no ZeroMQ):
 - ``run DIR``: start one process (its argv, environment and working directory come as
   the first JSON line on stdin) with its output on this session's stdout; report its
   pid and start time, its memory and finally its exit code as marked lines on stderr;
-  take ``signal`` and ``ping`` commands from stdin. A worker the request asks to take
+  take ``signal`` and ``ping`` commands from stdin. The first session of a job's
+  generation on a host carries the job's files (``files`` in the request: the sweep's
+  claims and the tar's size, the tar right after the line) and unpacks them as
+  ``unpack`` would, then marks the directory (:data:`UNPACKED`); the host's other
+  sessions of that generation wait for the mark (``wait_files``). So a host costs one
+  round trip, not two; a job whose backend needs the host's free ports first, or
+  mpirun's guards, still unpacks before. A worker the request asks to take
   from the pool (``pool``) is claimed from this host's warm pool when it has one
   ready (:mod:`.pooled`). When stdin ends (the connection
   or the supervisor is gone) or no ``ping`` came for ``HEARTBEAT_TIMEOUT`` seconds,
@@ -31,7 +37,12 @@ One short program per ssh session, light to import (no TensorFlow, no ZeroMQ):
 - ``pools [--drain]``: this host's warm pools as a JSON list (:mod:`.pooled`), after
   asking them to end their idle processes with ``--drain``.
 - ``remove DIR``: remove the job's directory here (once the notebook side has stored
-  what ``send`` sent). ``finish DIR`` is both, as older launchers ask.
+  what ``send`` sent), and its forwarded sockets. ``finish DIR`` is both, as older
+  launchers ask.
+
+The sockets ssh forwards for a process (``-R``) are in one private directory per host
+(:func:`sockets_dir`), made by the pre-flight and kept between jobs: sshd makes them
+when the session opens, before the agent has unpacked the job's directory.
 """
 
 from __future__ import annotations
@@ -58,8 +69,9 @@ from ...contract.process import Env
 
 # What the launcher and this agent must agree on: raised with every change to the
 # commands, their arguments or their answers (the pre-flight refuses another).
-PROTOCOL = 5
+PROTOCOL = 6
 JOBS_ROOT = ".jupyter_distrain/jobs"  # under the user's home: JOB/HOSTNAME per job and host
+UNPACKED = ".unpacked"  # in a job's host directory: the generation whose files are there
 OWNER = "owner"  # in a job's host directory: the id of the notebook that made it
 MARK = "\x1ejupyter_distrain "  # starts every line the agent writes to stderr
 # The command lines the launcher sends on stdin (:class:`.client.AgentClient`): ``ping``
@@ -68,6 +80,7 @@ PING, SIGNAL, KILL = "ping", "signal", "kill"
 HEARTBEAT_TIMEOUT = 10.0  # seconds without a ping before the agent kills its process
 REPORT_SECONDS = 2.0  # how often memory is reported
 SOCKET_WAIT = 10.0  # seconds to wait for ssh's forwarded sockets to appear
+FILES_WAIT = 60.0  # seconds a session waits for the one carrying the job's files
 COPIED = ("spec.json", "train.py", "push.pkl", "control")  # what a host needs of a job
 HANDED = ("push.pkl", "control")  # of those, what a Ray node gets in memory instead
 CARRIED = ("checkpoints",)  # what a restarted job takes back to its hosts (Keras backups)
@@ -151,6 +164,7 @@ def preflight(backend: str, interface: str, ports: int) -> dict[str, Any]:
         found["ports"] = free_ports(found["address"], ports)
         found["network"] = _network_of(found["iface"], found["address"])
     found["orted"] = shutil.which("orted") or ""  # OpenMPI's daemon, for --controller mpi
+    make_private_dir(own_sockets_dir())  # where the job's sessions forward their sockets
     return found
 
 
@@ -167,6 +181,40 @@ def _network_of(interface: str, address: str) -> str:
 
 
 # --- the job directory ------------------------------------------------------------------
+def sockets_dir(home: str, hostname: str) -> str:
+    """Where ssh forwards the supervisor's sockets on the host named ``hostname``
+    (under ``home``): one private directory per host (hosts may share a home), named by
+    a digest of the name so that a long one does not lengthen the sockets' paths."""
+    import hashlib
+
+    digest = hashlib.sha256(hostname.encode()).hexdigest()[:10]
+    return f"{home}/{JOBS_ROOT}/.sockets-{digest}"
+
+
+def own_sockets_dir() -> Path:
+    """This host's :func:`sockets_dir`."""
+    return Path(sockets_dir(str(Path.home()), socket.gethostname()))
+
+
+def socket_name(job_id: str, start: int, channel: str) -> str:
+    """The name of the socket forwarded for the launcher's ``start``-th process of job
+    ``job_id`` to the supervisor's ``channel`` ("control", "metrics")."""
+    return f"{job_id}-{start}-{channel}.sock"
+
+
+def remove_sockets(job_id: str) -> None:
+    """Remove the forwarded sockets of job ``job_id`` here (only that job's: a job may
+    be named like another's id)."""
+    import re
+
+    own = re.compile(re.escape(job_id) + r"-\d+-(control|metrics)\.sock")
+    with contextlib.suppress(OSError):
+        for path in own_sockets_dir().iterdir():
+            if own.fullmatch(path.name):
+                with contextlib.suppress(OSError):
+                    path.unlink()
+
+
 def make_private_dir(path: Path) -> None:
     """``path`` as a new or existing directory of this user, 0700, parents included."""
     path.mkdir(mode=0o700, parents=True, exist_ok=True)
@@ -216,7 +264,9 @@ def _add_tree(tar: tarfile.TarFile, directory: Path, name: str) -> None:
 
 
 def remove(directory: Path) -> None:
-    """Remove the job's directory here, and the job's, once no host directory is left."""
+    """Remove the job's directory here (and the job's, once no host directory is left)
+    and its forwarded sockets."""
+    remove_sockets(directory.parent.name)
     shutil.rmtree(directory, ignore_errors=True)
     with contextlib.suppress(OSError):
         directory.parent.rmdir()
@@ -335,6 +385,21 @@ class CommandReader:
         line, _, self.pending = self.pending.partition(b"\n")
         return line
 
+    def exactly(self, count: int) -> bytes:
+        """The next ``count`` bytes (what came after a request line); raises ``EOFError``
+        when the stream ends before."""
+        parts, have = [self.pending], len(self.pending)
+        while have < count:
+            chunk = os.read(self.fd, max(65536, count - have))
+            if not chunk:
+                self.closed = True
+                raise EOFError(f"the stream ended {count - have} bytes short")
+            parts.append(chunk)
+            have += len(chunk)
+        joined = b"".join(parts)
+        self.pending = joined[count:]
+        return joined[:count]
+
 
 def run(directory: Path) -> int:
     """Run the process described on stdin's first line until it exits or we are cut off:
@@ -346,6 +411,12 @@ def run(directory: Path) -> int:
 
     commands = CommandReader(sys.stdin.fileno())
     request = json.loads(commands.first_line())
+    generation = str(request.get("run", ""))
+    if "files" in request:
+        _unpack_carried(directory, request["files"], commands, generation)
+    elif request.get("wait_files") and not _files_came(directory, generation, commands):
+        sys.stderr.write(f"the job's files did not come within {FILES_WAIT:g} s\n")
+        return 1
     env = {**os.environ, **request["env"]}
     pool_socket = pool_for(request, env)  # its keeper is not ours to sweep: before this
     processes.become_subreaper()
@@ -363,6 +434,32 @@ def run(directory: Path) -> int:
     finally:
         if pooled and pooled[1] is not None:
             pooled[1].close()
+
+
+def _unpack_carried(
+    directory: Path, files: dict[str, Any], commands: CommandReader, generation: str
+) -> None:
+    """The job's files that came after the request: the sweep first (as ``unpack
+    --leftovers``), then the tar, then the mark the host's other sessions wait for."""
+    data = commands.exactly(int(files["bytes"]))
+    removed = _sweep(files.get("claims") or {})
+    unpack(directory, data, str(files.get("owner", "")))
+    write_private(directory / UNPACKED, generation)
+    if removed:
+        report(removed=removed)
+
+
+def _files_came(directory: Path, generation: str, commands: CommandReader) -> bool:
+    """Wait for the session carrying ``generation``'s files to have unpacked them here;
+    whether it did within :data:`FILES_WAIT` (and before the launcher hung up)."""
+    deadline = time.monotonic() + FILES_WAIT
+    while time.monotonic() < deadline and not commands.closed:
+        with contextlib.suppress(OSError):
+            if (directory / UNPACKED).read_text() == generation:
+                return True
+        if select.select([commands.fd], [], [], 0.01)[0]:
+            commands.fill()  # its pings wait in the buffer; an end of stream ends the wait
+    return False
 
 
 def _start(request: dict[str, Any], env: dict[str, str]) -> subprocess.Popen[bytes]:
@@ -493,13 +590,12 @@ def signal_job_process(directory: Path, pid: int, sig: int) -> None:
             proc.send_signal(sig)
 
 
-def _sweep(claims: bytes) -> list[str]:
+def _sweep(claims: dict[str, Any]) -> list[str]:
     """:func:`remove_leftovers` as ``claims`` (``{"notebook": ID, "live": [JOB, ...]}``)
     say; the jobs removed."""
-    said = json.loads(claims or b"{}")
-    if not said.get("notebook"):
+    if not claims.get("notebook"):
         return []
-    return remove_leftovers(said["notebook"], set(said.get("live", [])))
+    return remove_leftovers(str(claims["notebook"]), set(map(str, claims.get("live", []))))
 
 
 def main(argv: list[str]) -> int:
@@ -531,7 +627,8 @@ def main(argv: list[str]) -> int:
         return 0
     directory = Path(args.directory).expanduser()
     if args.command == "unpack":
-        removed = _sweep(sys.stdin.buffer.readline()) if args.leftovers else []
+        removed = _sweep(json.loads(sys.stdin.buffer.readline() or b"{}")) if args.leftovers else []
+        make_private_dir(own_sockets_dir())  # in case it went since the pre-flight
         unpack(directory, sys.stdin.buffer.read(), args.owner)
         ports = free_ports(args.address, args.ports) if args.address else []
         print(json.dumps({"ports": ports, "removed": removed}), flush=True)

@@ -21,12 +21,13 @@ class SshProcess(AgentProcess):
         host: str,
         log_path: Path,
         request: dict[str, Any] | None = None,
+        payload: bytes = b"",
     ):
         assert popen.stdin is not None and popen.stderr is not None
         self.popen = popen
         self.host = host
         self.log_path = log_path
-        self.agent = AgentClient(popen.stdin, popen.stderr, request)
+        self.agent = AgentClient(popen.stdin, popen.stderr, request, payload)
         self._noted = False  # the log says the connection was lost
 
     def _code(self) -> int:

@@ -42,7 +42,7 @@ from .handles import RemoteRank, SshProcess
 from .kept import kept
 from .mpi import start_mpirun
 from .pools import remember as remember_pool_host
-from .preflight import RemoteHost, preflight, remote_socket
+from .preflight import RemoteHost, preflight
 from .session import CONTROL_DIR_CHARS, RemoteError, SshOptions, agent_answer, on_each
 
 log = logging.getLogger(__name__)
@@ -116,7 +116,9 @@ class SshLauncher(Launcher):
         self.hosts = [RemoteHost(**h) for h in self.spec.placement]
         self._free_ports: dict[str, list[int]] = {h.name: [] for h in self.hosts}
         self._forwards: dict[str, list[str]] = {}  # by host name: on its master
-        self._unpacked: set[str] = set()
+        self._unpacked: set[str] = set()  # hosts that have the job's directory
+        self._to_carry: set[str] = set()  # hosts whose files have not gone this generation
+        self._carrying: set[str] = set()  # hosts whose files go with a session this generation
         self._processes: list[SshProcess] = []  # every session: processes and guards
         self._guards: dict[str, SshProcess] = {}  # by host name: for mpirun's ranks
         self._mpirun: LaunchedProcess | None = None
@@ -167,37 +169,56 @@ class SshLauncher(Launcher):
                 if len(slots) < n:
                     slots.append(Slot(host.name, host.address, len(slots), local, host.iface))
         used = list(dict.fromkeys(s.host for s in slots))
-        failures = [r for r in on_each(used, self._unpack) if isinstance(r, RemoteError)]
-        if failures:
-            raise RuntimeError("; ".join(map(str, failures)))
+        self._check(on_each(used, self._open_master))
+        self._to_carry, self._carrying = set(used), set()  # this generation's files
         if self.spec.uses_mpirun():  # its ranks need the guard sessions' forwards
+            self._unpack_all(used)
             for name in used:
                 self._guard(name)
         return slots
+
+    @staticmethod
+    def _check(results: list[Any]) -> None:
+        failures = [r for r in results if isinstance(r, RemoteError)]
+        if failures:
+            raise RuntimeError("; ".join(map(str, failures)))
+
+    def _open_master(self, name: str) -> None:
+        self.options.open_master(name, timeout=self.spec.timeout)
+
+    def _unpack_all(self, names: list[str]) -> None:
+        """The job's files to the hosts ``names`` whose files have not gone this
+        generation, each in a round trip of its own (their free ports come back)."""
+        names = [n for n in names if n in self._to_carry]
+        self._to_carry.difference_update(names)
+        self._check(on_each(names, self._unpack))
 
     def _guard(self, name: str) -> None:
         """A session that holds ``name`` for the ranks mpirun starts there: it forwards
         the channels' sockets into the job's directory on the host, and when it ends
         the agent kills whatever of the job is left there."""
-        directory = self._directory(name)
+        directory, host = self._directory(name), self._host(name)
         forwards = []
         for channel in ("control", "metrics"):
-            forwards += ["-R", f"{directory}/{channel}.sock:{self.job.socket_path(channel)}"]
+            remote = host.guard_socket(self.job.id, channel)
+            forwards += ["-R", f"{remote}:{self.job.socket_path(channel)}"]
         log_path = self.job.logs_dir / f"guard-{self._host(name).hostname}.log"
         self._guards[name] = self._session(name, ["guard", directory], forwards, log_path)
+
+    def _claims(self) -> dict[str, Any]:
+        """What a host's sweep needs: this notebook's id and its jobs that still live."""
+        root = self.job.path.parent
+        return {"notebook": notebook_id(root), "live": [*live_job_ids(root), self.job.id]}
 
     def _unpack(self, name: str) -> None:
         """The job's files to ``name``, after the sweep of what this notebook's ended
         jobs left there; the host's free ports come back."""
-        self.options.open_master(name, timeout=self.spec.timeout)
-        root = self.job.path.parent
-        owner = notebook_id(root)
-        claims = json.dumps({"notebook": owner, "live": [*live_job_ids(root), self.job.id]})
+        claims = self._claims()
         host = self._host(name)
-        args = ["unpack", self._directory(name), "--owner", owner, "--leftovers"]
+        args = ["unpack", self._directory(name), "--owner", claims["notebook"], "--leftovers"]
         args += ["--address", host.address, "--ports", str(host.slots + 2)]
         files = job_files_archive(self.job.path)
-        out = self.options.run(name, args, claims.encode() + b"\n" + files)
+        out = self.options.run(name, args, json.dumps(claims).encode() + b"\n" + files)
         answer = agent_answer(name, out)
         try:
             ports, removed = list(map(int, answer["ports"])), list(map(str, answer["removed"]))
@@ -216,6 +237,7 @@ class SshLauncher(Launcher):
         return self.hosts[0].driver
 
     def reserve_ports(self, slots: list[Slot]) -> list[int]:
+        self._unpack_all(list(dict.fromkeys(slot.host for slot in slots)))
         try:
             return [self._free_ports[slot.host].pop(0) for slot in slots]
         except IndexError:
@@ -234,7 +256,8 @@ class SshLauncher(Launcher):
         forwards, remote_env = [], {}
         for key, scheme in ((Env.CONTROL, "unix:"), (Env.METRICS, "ipc://")):
             local = proc.env[key].removeprefix(scheme)
-            remote = remote_socket(directory, self._starts, key.rsplit("_", 1)[1].lower())
+            channel = key.rsplit("_", 1)[1].lower()
+            remote = self._host(name).socket(self.job.id, self._starts, channel)
             forwards += ["-R", f"{remote}:{local}"]
             remote_env[key] = scheme + remote
         env = {**thread_env(self.spec.cpu), **self.spec.env, **proc.env, **remote_env}
@@ -250,8 +273,26 @@ class SshLauncher(Launcher):
             if name not in self._pooled_hosts:
                 self._pooled_hosts.add(name)
                 remember_pool_host(name, self.options)
+        payload = self._files_for(name, request)
         # not waiting for its pid: the next start's ssh connects meanwhile
-        return self._session(name, ["run", directory], forwards, log_path, request)
+        return self._session(name, ["run", directory], forwards, log_path, request, payload)
+
+    def _files_for(self, name: str, request: dict[str, Any]) -> bytes:
+        """The job's files when this session is the first of the generation on host
+        ``name`` (announced in ``request``); the host's next sessions wait for them."""
+        request["run"] = self.run_id
+        if name in self._carrying:
+            request["wait_files"] = True
+            return b""
+        if name not in self._to_carry:  # unpacked already (ports, mpirun)
+            return b""
+        self._to_carry.discard(name)
+        self._carrying.add(name)
+        self._unpacked.add(name)
+        files = job_files_archive(self.job.path)
+        claims = self._claims()
+        request["files"] = {"bytes": len(files), "owner": claims["notebook"], "claims": claims}
+        return files
 
     def _session(
         self,
@@ -260,9 +301,10 @@ class SshLauncher(Launcher):
         forwards: list[str],
         log_path: Path,
         request: dict[str, Any] | None = None,
+        payload: bytes = b"",
     ) -> SshProcess:
-        """An ssh session on ``name`` running the agent (sent ``request`` first), its
-        stdout appended to ``log_path``."""
+        """An ssh session on ``name`` running the agent (sent ``request`` first, then
+        ``payload``), its stdout appended to ``log_path``."""
         with open(log_path, "ab", buffering=0) as log_file:
             popen = subprocess.Popen(
                 self.options.ssh_argv(name, self.options.agent(*agent_args), *forwards),
@@ -271,7 +313,7 @@ class SshLauncher(Launcher):
                 stderr=subprocess.PIPE,
                 start_new_session=True,
             )
-        handle = SshProcess(popen, name, log_path, request)
+        handle = SshProcess(popen, name, log_path, request, payload)
         self._processes.append(handle)
         self._forwards.setdefault(name, []).extend(forwards)
         return handle

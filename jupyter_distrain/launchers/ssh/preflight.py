@@ -12,12 +12,13 @@ from __future__ import annotations
 
 import dataclasses
 import ipaddress
+import os
 import re
 from typing import Any
 
 from ...contract.spec import JobSpec, SpecError
 from ..agent.client import other_version
-from ..agent.host import JOBS_ROOT, PROTOCOL
+from ..agent.host import JOBS_ROOT, PROTOCOL, socket_name, sockets_dir
 from .hosts import parse_hosts
 from .kept import kept, recall, remember
 from .session import RemoteError, SshOptions, agent_answer, on_each
@@ -49,23 +50,33 @@ class RemoteHost:
         distinct even when hosts share a file system, and the same template for all)."""
         return f"{self.home}/{REMOTE_ROOT}/{job_id}/{self.hostname}"
 
+    def socket(self, job_id: str, start: int, channel: str) -> str:
+        """Where the launcher's ``start``-th process of job ``job_id`` finds the
+        supervisor's ``channel`` ("control", "metrics") on this host: a socket ssh
+        forwards there (``-R``), in the host's sockets directory (it exists before the
+        job's own directory does)."""
+        return f"{sockets_dir(self.home, self.hostname)}/{socket_name(job_id, start, channel)}"
 
-def remote_socket(directory: str, start: int, channel: str) -> str:
-    """Where the launcher's ``start``-th process finds the supervisor's ``channel``
-    ("control", "metrics") on its host: a socket ssh forwards there (``-R``)."""
-    return f"{directory}/{start}-{channel}.sock"
+    def guard_socket(self, job_id: str, channel: str) -> str:
+        """Where mpirun's ranks on this host find the supervisor's ``channel``: forwarded
+        by the host's guard session into the job's directory."""
+        return f"{self.directory(job_id)}/{channel}.sock"
 
 
 def _socket_problem(spec: JobSpec, name: str, info: dict[str, Any]) -> str:
     """Why the job's sockets cannot be made on ``name`` (too long a path), or ""."""
     job_id = f"{spec.name}-{'0' * 6}"  # as long as JobDir.create's: the name, 6 hex digits
-    where = RemoteHost(name, 1, "", "", info["home"], "", info["name"]).directory(job_id)
-    longest = len(remote_socket(where, MOST_STARTS, "control").encode())
-    if longest <= MAX_SOCKET_BYTES:
+    host = RemoteHost(name, 1, "", "", info["home"], "", info["name"])
+    paths = [host.socket(job_id, MOST_STARTS, "control")]
+    if spec.uses_mpirun():
+        paths.append(host.guard_socket(job_id, "control"))
+    longest = max(paths, key=lambda p: len(p.encode()))
+    if len(longest.encode()) <= MAX_SOCKET_BYTES:
         return ""
     return (
-        f"host {name}: the job's sockets there ({where}/...) would have paths of up to "
-        f"{longest} bytes, over the 108 a Unix socket's path may have (use a shorter --name)"
+        f"host {name}: the job's sockets there ({os.path.dirname(longest)}/...) would have "
+        f"paths of up to {len(longest.encode())} bytes, over the 108 a Unix socket's path "
+        "may have (use a shorter --name)"
     )
 
 
@@ -89,8 +100,8 @@ def preflight(
 
     def check(name: str) -> dict[str, Any]:
         remembered = recall(options, name, key)
-        if remembered is not None:
-            return remembered
+        if remembered is not None and remembered.get("protocol") == PROTOCOL:
+            return remembered  # checked by this version's agent over the master that runs
         if options.open_master(name, timeout=spec.timeout):
             opened.append(name)
         try:
