@@ -170,6 +170,7 @@ class Supervisor:
             for text in self.gen.launcher.take_warnings():
                 self.warn(text)
         self.dirty = False
+        self.table.take_late_reports()
         status = self.snapshot()
         self.job.write_state(status)
         self.publish(status.to_dict())

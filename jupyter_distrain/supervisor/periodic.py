@@ -178,21 +178,12 @@ class OrphanReaper(Periodic):
 
 
 class LateReports(Periodic):
-    """Copies into a row what its launcher learnt after the process said hello: a host's
-    agent reports its process's pid, start time and whether the host's pool gave it on
-    the ssh connection, and a pooled process's hello on the job's channel can come
-    first."""
+    """Rows take what launchers learnt after a start (:meth:`ProcessTable.take_late_reports`)
+    while the job runs; every save takes them too."""
 
     def run(self) -> None:
-        sup = self.supervisor
-        for entry in sup.table.launched():
-            handle, record = entry.handle, entry.record
-            if handle is None or not handle.pid:
-                continue
-            if (record.pid, record.pooled) != (handle.pid, handle.pooled):
-                record.pid, record.create_time = handle.pid, handle.create_time
-                record.pooled = handle.pooled
-                sup.dirty = True
+        if self.supervisor.table.take_late_reports():
+            self.supervisor.dirty = True
 
 
 class Saver(Periodic):

@@ -49,6 +49,22 @@ class ProcessTable:
         entry.record.pooled = handle.pooled
         entry.record.started, entry.record.log = time.time(), log
 
+    def take_late_reports(self) -> bool:
+        """Copy into the rows what launchers learnt after a start returned (a host's
+        agent reports its process's pid, start time and whether a pool gave it on its
+        own connection, a Ray actor's start is not waited for), which a process's hello
+        can beat; whether a row changed."""
+        changed = False
+        for entry in self.launched():
+            handle, record = entry.handle, entry.record
+            if handle is None or not handle.pid:
+                continue
+            if (record.pid, record.pooled) != (handle.pid, handle.pooled):
+                record.pid, record.create_time = handle.pid, handle.create_time
+                record.pooled = handle.pooled
+                changed = True
+        return changed
+
     def rows(self) -> list[ProcessRecord]:
         return [e.record for e in self.members.values()]
 

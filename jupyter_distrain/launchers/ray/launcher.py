@@ -208,26 +208,45 @@ def connect(address: str, root: Path | None = None) -> None:
 
 
 class RayProcess(LaunchedProcess):
-    """One process run by a slot's actor. A thread copies its output into the log here
-    as it comes, and learns its memory and, last, its exit code."""
+    """One process run by a slot's actor, from the actor's ``start`` call (``started``,
+    not waited for: the generation's starts run on their actors at once). A thread
+    learns its pid, start time and whether it was pooled when that call returns (the
+    supervisor's row takes them then), then copies its output into the log here as it
+    comes, and learns its memory and, last, its exit code."""
 
-    def __init__(self, actor: Any, host: str, log_path: Path, started: dict[str, Any]):
+    def __init__(self, actor: Any, host: str, log_path: Path, started: Any):
         self.actor = actor
         self.host = host
         self.log_path = log_path
-        self.pid = started["pid"]
-        self.create_time = started["create_time"]
-        self.pooled = bool(started.get("pooled"))  # from the node's warm pool
+        self.pid = 0  # until the actor says
         self.rss = 0
+        self._started = started
         self._code: int | None = None
         self._done = threading.Event()
-        threading.Thread(target=self._pump, name=f"ray-log-{self.pid}", daemon=True).start()
+        threading.Thread(target=self._pump, name=f"ray-log-{host}", daemon=True).start()
+
+    def _learn_started(self, out: Any) -> bool:
+        """Wait for the actor's start; whether the process runs (else the log says why)."""
+        import ray
+
+        try:
+            started = ray.get(self._started, timeout=CALL_SECONDS)
+        except Exception as exc:  # the actor could not start it, or is gone
+            out.write(f"\njupyter_distrain: the Ray actor on {self.host} could not start ".encode())
+            out.write(f"the process: {type(exc).__name__}: {exc}\n".encode())
+            return False
+        self.create_time = started["create_time"]
+        self.pooled = bool(started.get("pooled"))  # from the node's warm pool
+        self.pid = started["pid"]  # last: whoever sees the pid sees the rest
+        return True
 
     def _pump(self) -> None:
         import ray
 
         offset = 0
         with open(self.log_path, "ab", buffering=0) as out:
+            if not self._learn_started(out):
+                self._code = EXIT_LOST
             while self._code is None:
                 try:
                     report = ray.get(self.actor.pump.remote(offset), timeout=CALL_SECONDS)
@@ -415,8 +434,6 @@ class RayLauncher(Launcher):
 
     # --- processes -------------------------------------------------------------------
     def start(self, proc: ProcessSpec, log_path: Path) -> LaunchedProcess:
-        import ray
-
         assert proc.slot is not None, "every process of a ray job has a slot"
         actor = self.actors[proc.slot.index]
         env = {**thread_env(self.spec.cpu), **self.spec.env, **proc.env}
@@ -429,10 +446,7 @@ class RayLauncher(Launcher):
             if self.address and not self._pools_remembered:
                 self._pools_remembered = True
                 remember_cluster(self.address)  # for %distributed pool
-        started = ray.get(
-            actor.handle.start.remote(request, str(proc.id), python),
-            timeout=CALL_SECONDS,
-        )
+        started = actor.handle.start.remote(request, str(proc.id), python)
         return RayProcess(actor.handle, actor.address, log_path, started)
 
     def adopt(self, pid: int, host: str) -> LaunchedProcess | None:
