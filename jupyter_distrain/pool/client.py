@@ -315,11 +315,16 @@ def drain(root: Path | None = None, base: Path | None = None) -> int:
     """End every pool (in ``base``, by default the local pools' directory): its idle
     processes now, its keeper once no job holds one of its processes; returns how many
     pools were asked."""
-    asked = 0
-    base = base or pools_dir(root)
+    return len(drain_pools(base or pools_dir(root)))
+
+
+def drain_pools(base: Path) -> list[PoolInfo]:
+    """:func:`drain` the pools in ``base``; those whose keeper answered, as they were
+    before (a drained keeper may end at once: listing after would miss it)."""
+    asked = []
     for info in list_pools(base=base):
         path = wire.keeper_socket(base / info.name)
         with contextlib.suppress(OSError, ValueError):
             _ask(str(path), {"op": "drain"})
-            asked += 1
+            asked.append(info)
     return asked

@@ -113,10 +113,10 @@ def from_pool(
 
 
 def pools(drain: bool) -> list[dict[str, Any]]:
-    """This host's pools (``pools`` command), after asking them to end with ``drain``."""
+    """This host's pools (``pools`` command); with ``drain``, those asked to end (as
+    they were when asked)."""
     import dataclasses
 
     base = host_pools()
-    if drain and base.is_dir():
-        pool_client.drain(base=base)
-    return [dataclasses.asdict(info) for info in pool_client.list_pools(base=base)]
+    found = pool_client.drain_pools(base) if drain else pool_client.list_pools(base=base)
+    return [dataclasses.asdict(info) for info in found]
