@@ -13,7 +13,10 @@ The same Keras script runs ``--rounds`` times under each column: the launcher by
 started straight after ``warm`` ended, as "Run All" or a quick re-run does: no wait for
 the pool); ``refill at end`` (warm, with the pool refilled when the job ends rather
 than one run ahead at claim time, ``JUPYTER_DISTRAIN_POOL_AHEAD=0``: what the refill
-beside a job costs it). The order of the units rotates each round so each comes first
+beside a job costs it); ``no standby`` (warm, with the kernel's supervisor on standby
+ended first: the supervisor starts cold, what the standby saves). Every cell is
+followed to its end, as a notebook's is. The order of the units rotates each round so
+each comes first
 equally often. Rank 0 prints the wall-clock time of its first finished training step
 and its steps/sec after a warm-up. The benchmark reports the medians, and the mean of
 the per-round ratios (the runs of a round ran back to back, so pairing cancels the
@@ -33,6 +36,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import io
 import json
 import os
 import re
@@ -291,14 +295,13 @@ def run_distributed(
     from jupyter_distrain.contract.process import ProcessId
 
     started = time.time()
-    with open(os.devnull, "w") as devnull:
-        stdout, sys.stdout = sys.stdout, devnull
-        try:
-            job = shell.run_cell_magic("distributed", f"--workers 2 --background {flags}", code)
-            job.wait()
-        finally:
-            sys.stdout = stdout
-    assert isinstance(job, Job)
+    printed = io.StringIO()
+    stdout, sys.stdout = sys.stdout, printed
+    try:  # followed to its end, as a cell is (and so with the supervisor on standby)
+        shell.run_cell_magic("distributed", f"--workers 2 {flags}", code)
+    finally:
+        sys.stdout = stdout
+    job = Job.attach(re.search(r"^Job (\S+):", printed.getvalue(), re.M).group(1))
     if ran is not None:
         ran.append(job)
     first, rate = parse(job.dir.log_file(ProcessId("worker", 0)).read_text())
@@ -338,7 +341,8 @@ def mean_with_interval(values: list[float]) -> tuple[float, float, float]:
 
 
 AT_END = "refill at end"  # warm, the pool refilled when the job ends (not one run ahead)
-POOLED = ("warm", AT_END)  # columns that start from a ready pool
+NO_STANDBY = "no standby"  # warm, the supervisor started cold (the kernel's standby ended)
+POOLED = ("warm", AT_END, NO_STANDBY)  # columns that start from a ready pool
 
 
 def print_pool_memory() -> None:
@@ -369,6 +373,11 @@ def run_column(
         return run_distributed(shell, code, f"--no-pool {flags}")
     if name == AT_END:
         return run_distributed(shell, code, f"--env JUPYTER_DISTRAIN_POOL_AHEAD=0 {flags}")
+    if name == NO_STANDBY:
+        from jupyter_distrain.client import standby
+
+        standby.discard()
+        return run_distributed(shell, code, flags)
     return run_distributed(shell, code, flags)  # warm, and back to back
 
 
@@ -388,7 +397,8 @@ def main() -> int:
     with bench_session(args.steps, program) as (tmp, code, script, shell):
         floor = [["floor"]] if args.framework in FLOORS else []
         # rotated as units: "back to back" runs straight after "warm", as a re-run does
-        units = [[by_hand], ["distributed"], ["warm", "back to back"], [AT_END], *floor]
+        units = [[by_hand], ["distributed"], ["warm", "back to back"], [AT_END], [NO_STANDBY]]
+        units += floor
         columns = [name for unit in units for name in unit]
         results: dict[str, list[tuple[float, float]]] = {name: [] for name in columns}
         flags = "--env JUPYTER_DISTRAIN_INSTRUMENT=0" if args.no_instrument else ""
@@ -423,6 +433,7 @@ def main() -> int:
     # the runs of a round ran back to back: pairing them cancels the machine's drifts
     pairings = [(name, by_hand) for name in ("distributed", *POOLED, "back to back")]
     pairings += [("warm", "distributed"), ("back to back", "distributed"), ("warm", AT_END)]
+    pairings += [("warm", NO_STANDBY)]
     if "floor" in results:
         pairings += [("floor", by_hand), ("distributed", "floor")]
     for name, other in pairings:

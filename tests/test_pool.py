@@ -18,7 +18,9 @@ import pytest
 from conftest import fault_row
 
 from jupyter_distrain import JobFailed, JobSpec, submit
+from jupyter_distrain.client import standby
 from jupyter_distrain.client.commands import print_pools
+from jupyter_distrain.client.follow import follow
 from jupyter_distrain.contract.process import ProcessId
 from jupyter_distrain.launchers.local import LocalLauncher
 from jupyter_distrain.pool import client, kinds, stock, wire
@@ -57,6 +59,7 @@ def pool_on(monkeypatch, jobs_root):
     monkeypatch.setenv("JUPYTER_DISTRAIN_POOL", "1")
     monkeypatch.setenv("JUPYTER_DISTRAIN_POOL_IDLE", "60")
     yield jobs_root
+    standby.discard()
     keepers = [psutil.Process(info.keeper) for info in client.list_pools(jobs_root)]
     client.drain(jobs_root)
     gone, alive = psutil.wait_procs(keepers, timeout=15)
@@ -264,15 +267,59 @@ def test_losing_the_keeper_then_the_supervisor_leaves_no_process_of_the_job(pool
 
 
 def _supervisor_of(job) -> psutil.Process:
-    """The supervisor (the warden's child), by the job directory on its command line."""
-    procs = [
+    """The supervisor (the warden's child), as its control file names it."""
+    return psutil.Process(job.dir.read_control().pid)
+
+
+SEEN = "import os; print('SEEN', os.environ.get('STANDBY_MARK'), flush=True)"
+
+
+def _gone(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return True
+
+
+def _standbys_of_this_process() -> list[psutil.Process]:
+    return [
         p
-        for p in psutil.process_iter(["cmdline"])
-        if "jupyter_distrain.supervisor" in " ".join(p.info["cmdline"] or [])
-        and str(job.dir.path) in " ".join(p.info["cmdline"] or [])
+        for p in psutil.Process().children()
+        if "jupyter_distrain.supervisor.standby" in " ".join(p.cmdline())
     ]
-    pids = {p.pid for p in procs}
-    return next(p for p in procs if p.ppid() in pids)
+
+
+def test_a_job_after_a_followed_one_is_supervised_by_the_standby_with_the_kernels_environment(
+    pool_on, monkeypatch, capsys
+):
+    follow(submit(JobSpec(code=SEEN, workers=2, backend="plain")))
+    ready = standby.standby_pid()
+    assert ready is not None
+    monkeypatch.setenv("STANDBY_MARK", "set after the standby started")
+
+    cold = submit(JobSpec(code=SEEN, workers=2, backend="plain", pool=False))
+    assert cold.wait(timeout=60) == "succeeded", cold.logs()
+    assert cold.dir.read_control().warden_pid != ready  # --no-pool: all of it cold
+    assert standby.standby_pid() == ready
+
+    job = submit(JobSpec(code=SEEN, workers=2, backend="plain"))
+    assert job.wait(timeout=60) == "succeeded", job.logs()
+    assert job.dir.read_control().warden_pid == ready
+    assert job.logs().count("SEEN set after the standby started") == 2
+    assert standby.standby_pid() is None  # used once; the next follow starts another
+    assert poll_until(lambda: _gone(ready), 15)
+
+    monkeypatch.setenv("JUPYTER_DISTRAIN_POOL", "0")
+    follow(submit(JobSpec(code=SEEN, workers=2, backend="plain")))
+    assert standby.standby_pid() is None
+    assert _standbys_of_this_process() == []
+
+
+def test_a_standby_ends_with_the_process_that_started_it(pool_on):
+    code = "from jupyter_distrain.client import standby; standby.prepare(); print(standby.standby_pid())"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    pid = int(out.stdout)
+    assert poll_until(lambda: _gone(pid), 15), psutil.Process(pid).cmdline()
 
 
 def test_an_unused_pool_ends_and_the_listing_shows_it(pool_on, monkeypatch, capsys):

@@ -545,6 +545,30 @@ def test_a_rerun_on_the_same_cluster_is_not_probed_again(cluster, driver, jobs_r
     assert any(n.startswith(f"Ray cluster at {cluster.gcs_address}: ") for n in second.notes)
 
 
+def test_a_rerun_is_supervised_by_a_standby_that_imported_ray(
+    cluster, driver, jobs_root, monkeypatch
+):
+    """With pools on, a followed Ray job leaves the kernel a supervisor on standby with
+    Ray imported (its ``_raylet`` mapped); the re-run is handed to it and runs."""
+    from jupyter_distrain.client import standby
+    from jupyter_distrain.client.follow import follow
+
+    monkeypatch.setenv("JUPYTER_DISTRAIN_POOL", "1")
+    spec = JobSpec(code=SHORT, workers=2, backend="plain", **cluster.options())
+    try:
+        follow(api.submit(spec), stream=False)
+        ready = standby.standby_pid()
+        assert ready is not None
+        maps = Path(f"/proc/{ready}/maps")
+        assert wait_for(lambda: "_raylet" in maps.read_text(), 60, what="ray imported")
+        second = api.submit(spec)
+        assert second.wait(60) == "succeeded", second.status().error
+        assert second.dir.read_control().warden_pid == ready
+    finally:
+        standby.discard()
+    assert leftovers(driver, second.id) == []
+
+
 def test_ray_is_imported_without_the_iri_grammar_which_stays_importable(tmp_path):
     """The supervisor and the probe import Ray without jsonschema's optional IRI check
     (rfc3987_syntax builds a grammar at import: 1.3 s of 2 s here); Ray works, and the

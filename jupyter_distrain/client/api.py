@@ -21,6 +21,7 @@ from ..contract.spec import JobSpec, SpecError
 from ..contract.store import JobDir
 from ..frameworks import resolve_keras
 from ..plugins import BACKENDS, LAUNCHERS, load_plugin
+from . import standby
 from .follow import follow
 from .job import Job
 
@@ -115,7 +116,7 @@ def submit(spec: JobSpec, namespace: Mapping[str, Any] | None = None) -> Job:
     job_dir = JobDir.create(resolved)
     if pushed is not None:
         job_dir.write_pushed(pushed)
-    start_supervisor(job_dir)
+    start_supervisor(job_dir, standby_ok=resolved.pool)
     try:
         retention.apply()
     except OSError as exc:  # the store stays as it was; the job runs
@@ -124,13 +125,17 @@ def submit(spec: JobSpec, namespace: Mapping[str, Any] | None = None) -> Job:
     return Job(job_dir, backend_reason=reason, notes=notes)
 
 
-def start_supervisor(job: JobDir) -> None:
+def start_supervisor(job: JobDir, standby_ok: bool = False) -> None:
     """Spawn the job's supervisor in its own session, so it outlives the kernel.
 
     The job's lock is taken here and handed over, so from this moment until the
-    supervisor dies the job counts as alive (``JobDir.supervisor_alive``)."""
+    supervisor dies the job counts as alive (``JobDir.supervisor_alive``). With
+    ``standby_ok`` (a job that may start warm: not ``--no-pool``) the kernel's supervisor
+    on standby takes the job where there is one (``client/standby.py``)."""
     lock = job.hold_lock()
     try:
+        if standby_ok and standby.hand_over(job, lock):
+            return
         with open(job.supervisor_log, "ab") as log:
             proc = subprocess.Popen(
                 [sys.executable, "-m", "jupyter_distrain.supervisor", str(job.path)]

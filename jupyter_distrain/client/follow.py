@@ -21,6 +21,7 @@ from typing import Any, Protocol, TextIO
 from ..contract.process import ProcessId
 from ..contract.status import JobStatus
 from ..timing import Deadline
+from . import standby
 from .job import Job, JobInterrupted, outcome
 from .output import LogTail
 
@@ -128,6 +129,8 @@ def _watching(job: Job, view: View | None, out: TextIO | None, stop: bool) -> It
     finally:
         if view is not None:
             _refreshed(view, force=True)
+        with contextlib.suppress(OSError, ValueError):  # the next job's supervisor, started
+            standby.prepare(job.spec.launcher)  # while the user reads this one's output
 
 
 @dataclass(frozen=True)

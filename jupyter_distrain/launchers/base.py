@@ -183,6 +183,12 @@ class Launcher(ABC):
         return []
 
     @classmethod
+    def preload(cls) -> None:
+        """Import ahead what this launcher's supervisor imports on its way to the first
+        step, in a supervisor on standby (``supervisor/standby.py``) after a job of this
+        launcher. Must start no thread (the supervisor forks). Nothing by default."""
+
+    @classmethod
     def isolate(cls) -> str | None:
         """Called first in the supervisor process, before any socket or thread exists:
         keep what the job starts unreachable from elsewhere where this launcher can.

@@ -1,6 +1,8 @@
 """The supervisor: one detached process per job, run as ``python -m jupyter_distrain.supervisor
 JOB_DIR``. It owns the launcher and the backend, runs the job's event loop, serves the
-control channel and writes the job store; it outlives the kernel that started it.
+control channel and writes the job store; it outlives the kernel that started it. A
+kernel with pools on keeps one started ahead (``standby``: ``python -m
+jupyter_distrain.supervisor.standby``), which the next job is handed to.
 
 - ``core``: the event loop, the only writer of the job's state;
 - ``events``: what other threads post to it;

@@ -315,6 +315,12 @@ class RayLauncher(Launcher):
         self._handoff: dict[str, str] = {}  # what every process is handed (read at place)
         self._pools_remembered = False
 
+    @classmethod
+    def preload(cls) -> None:
+        """``import ray`` (~0.4 s; it starts no thread): a standby's next Ray job becomes
+        a driver that much sooner."""
+        import_ray()
+
     # --- at submit -------------------------------------------------------------------
     @classmethod
     def check_capacity(cls, spec: JobSpec, processes: int) -> JobSpec:
