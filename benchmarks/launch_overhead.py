@@ -376,9 +376,8 @@ def run_column(
     if name == NO_STANDBY:
         from jupyter_distrain.client import standby
 
-        standby.discard()
-        return run_distributed(shell, code, flags)
-    return run_distributed(shell, code, flags)  # warm, and back to back
+        standby.discard()  # then a warm run, its supervisor started cold
+    return run_distributed(shell, code, flags)  # warm, back to back, no standby
 
 
 def main() -> int:

@@ -1,6 +1,6 @@
 """The kernel's supervisor on standby (``supervisor/standby.py``): started when a followed
 job ends, so the next job's supervisor is an already started Python with the supervisor
-imported, not a new one (~0.15 s off every re-run's way to its first step).
+imported, not a new one (~0.09 s off a warm re-run's first step, measured).
 
 It exists only with the warm pool on (``JUPYTER_DISTRAIN_POOL``, the same setting: both
 trade an idle process for a faster start), is used once, is not used when this

@@ -4,8 +4,8 @@ its stdin. It imports the supervisor and every launcher and backend, and what th
 job's launcher imports later (``Launcher.preload``: Ray), then waits. The
 kernel's next job hands it the job directory, the kernel's environment and directory,
 and the job's lock (a descriptor); it answers with its pid and becomes that job's
-supervisor, as a cold ``python -m jupyter_distrain.supervisor`` would, less the ~0.15 s
-of its start-up. It ends, unused, when the kernel closes its end.
+supervisor, as a cold ``python -m jupyter_distrain.supervisor`` would, less its
+start-up (~0.09 s of a warm re-run's first step). It ends, unused, when the kernel closes its end.
 """
 
 from __future__ import annotations
