@@ -5,6 +5,8 @@
   :func:`reap_zombies`);
 - identity that survives pid reuse: :func:`same_process` (pid and start time),
   :func:`kill_same`, :func:`running`;
+- the environment a child started now inherits: :func:`inherited_environment`, and
+  :func:`replace_environment` (the C library's, which ``os.environ`` alone misses);
 - the kernel's process bonds, through ``prctl`` (here only): :func:`become_subreaper`
   (orphans below us become our children) and :func:`die_with_parent` /
   :func:`outlive_parent` (the parent-death signal).
@@ -46,6 +48,32 @@ def die_with_parent() -> None:
 def outlive_parent() -> None:
     """Undo :func:`die_with_parent`: this process now outlives its parent."""
     _prctl(_PR_SET_PDEATHSIG, 0)
+
+
+def inherited_environment() -> dict[str, str]:
+    """What a child started now inherits: the C library's ``environ``. ``os.environ``
+    misses what native code set with ``setenv`` (under pytest, ``COLUMNS``)."""
+    try:
+        entries = ctypes.POINTER(ctypes.c_char_p).in_dll(ctypes.CDLL(None), "environ")
+    except (OSError, ValueError):
+        return dict(os.environ)
+    env: dict[str, str] = {}
+    index = 0
+    while entries[index] is not None:
+        name, sep, value = os.fsdecode(entries[index]).partition("=")
+        if sep:
+            env.setdefault(name, value)
+        index += 1
+    return env
+
+
+def replace_environment(env: dict[str, str]) -> None:
+    """Make ``env`` this process's whole environment, ``os.environ`` and the C
+    library's alike (what it inherited and native code set included)."""
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL(None).clearenv()
+    os.environ.clear()
+    os.environ.update(env)
 
 
 def same_process(pid: int | None, create_time: float | None) -> psutil.Process | None:

@@ -5,6 +5,7 @@ a lost supervisor take them down, an unused pool ends, ``--no-pool`` starts cold
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import json
 import os
 import signal
@@ -271,7 +272,10 @@ def _supervisor_of(job) -> psutil.Process:
     return psutil.Process(job.dir.read_control().pid)
 
 
-SEEN = "import os; print('SEEN', os.environ.get('STANDBY_MARK'), flush=True)"
+SEEN = (
+    "import os; print('SEEN', os.environ.get('STANDBY_MARK'), flush=True); "
+    "print('NATIVE', os.environ.get('NATIVE_MARK'), flush=True)"
+)
 
 
 def _gone(pid: int) -> bool:
@@ -297,7 +301,18 @@ def test_a_job_after_a_followed_one_is_supervised_by_the_standby_with_the_kernel
     ready = standby.standby_pid()
     assert ready is not None
     monkeypatch.setenv("STANDBY_MARK", "set after the standby started")
+    # set by native code (as pytest sets COLUMNS): a cold start's child inherits it, and
+    # so must the standby; os.environ does not show it
+    libc = ctypes.CDLL(None)
+    libc.setenv(b"NATIVE_MARK", b"set by native code", 1)
+    assert "NATIVE_MARK" not in os.environ
+    try:
+        _supervised_by_the_standby(ready, monkeypatch)
+    finally:
+        libc.unsetenv(b"NATIVE_MARK")
 
+
+def _supervised_by_the_standby(ready: int, monkeypatch) -> None:
     cold = submit(JobSpec(code=SEEN, workers=2, backend="plain", pool=False))
     assert cold.wait(timeout=60) == "succeeded", cold.logs()
     assert cold.dir.read_control().warden_pid != ready  # --no-pool: all of it cold
@@ -307,6 +322,7 @@ def test_a_job_after_a_followed_one_is_supervised_by_the_standby_with_the_kernel
     assert job.wait(timeout=60) == "succeeded", job.logs()
     assert job.dir.read_control().warden_pid == ready
     assert job.logs().count("SEEN set after the standby started") == 2
+    assert job.logs().count("NATIVE set by native code") == 2
     assert standby.standby_pid() is None  # used once; the next follow starts another
     assert poll_until(lambda: _gone(ready), 15)
 

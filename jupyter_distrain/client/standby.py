@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from ..contract.store import JobDir
 from ..pool import wire
 from ..pool.kinds import enabled, source_fingerprint
+from ..processes import inherited_environment
 
 log = logging.getLogger(__name__)
 
@@ -117,7 +118,8 @@ def hand_over(job: JobDir, lock: int) -> bool:
     answer: dict | None = None
     try:
         standby.channel.settimeout(ANSWER_SECONDS)
-        body = {"job": str(job.path), "env": dict(os.environ), "cwd": os.getcwd()}
+        env = inherited_environment()  # as the cold start's child would have it
+        body = {"job": str(job.path), "env": env, "cwd": os.getcwd()}
         wire.send(standby.channel, body, [lock])
         answer, _ = wire.receive(standby.channel)
     except (OSError, ValueError) as exc:

@@ -19,6 +19,7 @@ from typing import Any
 from ..contract.store import JobDir
 from ..plugins import BACKENDS, LAUNCHERS, load_plugin, plugin_names
 from ..pool import wire
+from ..processes import replace_environment
 from . import main as supervise_main
 
 
@@ -51,8 +52,7 @@ def _job_request(body: Mapping[str, Any], fds: list[int]) -> tuple[str, dict[str
 def _become(job: str, env: dict[str, str], cwd: str) -> None:
     """Take the kernel's environment and directory, and the job's supervisor log as
     stdout and stderr (as the cold start's ``Popen`` gives them)."""
-    os.environ.clear()
-    os.environ.update(env)
+    replace_environment(env)
     os.chdir(cwd)
     log = os.open(JobDir(job).supervisor_log, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
     devnull = os.open(os.devnull, os.O_RDONLY)
