@@ -15,6 +15,7 @@ import psutil
 import pytest
 from jupyter_client.manager import KernelManager
 
+from jupyter_distrain.client import standby
 from jupyter_distrain.client.job import Job
 from jupyter_distrain.contract.store import JobDir, list_job_dirs
 
@@ -26,6 +27,7 @@ def jobs_root(tmp_path_factory, monkeypatch) -> Path:
     monkeypatch.setenv("JUPYTER_DISTRAIN_ROOT", str(root))
     monkeypatch.setenv("JUPYTER_DISTRAIN_POOL", "0")  # pools are on in tests/test_pool.py only
     yield root
+    standby.discard()  # a test with pools on leaves its process one
     for job_dir in list_job_dirs(root):
         job = Job(job_dir)
         if job_dir.read_control() is not None and not job.done:  # a supervisor was started

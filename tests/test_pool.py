@@ -24,7 +24,7 @@ from jupyter_distrain.client.commands import print_pools
 from jupyter_distrain.client.follow import follow
 from jupyter_distrain.contract.process import ProcessId
 from jupyter_distrain.launchers.local import LocalLauncher
-from jupyter_distrain.pool import client, kinds, stock, wire
+from jupyter_distrain.pool import client, kinds, priority, stock, wire
 from jupyter_distrain.timing import poll_until
 
 PROBE = """\
@@ -323,13 +323,69 @@ def _supervised_by_the_standby(ready: int, monkeypatch) -> None:
     assert job.dir.read_control().warden_pid == ready
     assert job.logs().count("SEEN set after the standby started") == 2
     assert job.logs().count("NATIVE set by native code") == 2
-    assert standby.standby_pid() is None  # used once; the next follow starts another
+    assert standby.standby_pid() not in (None, ready)  # used once; the job started another
     assert poll_until(lambda: _gone(ready), 15)
 
     monkeypatch.setenv("JUPYTER_DISTRAIN_POOL", "0")
     follow(submit(JobSpec(code=SEEN, workers=2, backend="plain")))
     assert standby.standby_pid() is None
     assert _standbys_of_this_process() == []
+
+
+def _priority(pid: int) -> tuple[int, str]:
+    """``pid``'s scheduling policy and its autogroup's nice value."""
+    autogroup = Path(f"/proc/{pid}/autogroup")
+    nice = autogroup.read_text().split()[-1] if priority.autogroups() else "0"
+    return os.sched_getscheduler(pid), nice
+
+
+def _worker_pids(job) -> list[int]:
+    def started() -> list[int] | None:
+        pids = [p.pid for p in job.status().processes if p.pid]
+        return pids if len(pids) == 2 else None
+
+    pids = poll_until(started, 30)
+    assert pids is not None, job.status()
+    return pids
+
+
+def _warden(job) -> int:
+    control = poll_until(job.dir.read_control, 30)
+    assert control is not None
+    return control.warden_pid
+
+
+LOWERED = (
+    os.SCHED_IDLE if priority.may_use_idle_policy() else os.SCHED_OTHER,
+    str(priority.LOWEST_NICE) if priority.autogroups() else "0",
+)
+NORMAL = (os.SCHED_OTHER, "0")
+
+
+def test_a_submitted_job_starts_the_next_ones_standby_lowered_until_it_is_followed_or_used(
+    pool_on,
+):
+    """The standby is started with the job, importing on the CPU time it leaves, and is
+    put back to normal when the job's follow ends, or when it is handed a job at once."""
+    assert LOWERED != NORMAL  # root here: SCHED_IDLE can be undone
+    wait = "import time; time.sleep(3); " + SEEN
+    first = submit(JobSpec(code=wait, workers=2, backend="plain"))
+    ready = standby.standby_pid()
+    assert ready is not None
+    assert _priority(ready) == LOWERED
+    follow(first, stream=False)
+    assert standby.standby_pid() == ready and _priority(ready) == NORMAL
+
+    second = submit(JobSpec(code=wait, workers=2, backend="plain"))
+    assert _warden(second) == ready
+    lowered_next = standby.standby_pid()
+    assert lowered_next not in (None, ready) and _priority(lowered_next) == LOWERED
+    third = submit(JobSpec(code=wait, workers=2, backend="plain"))  # straight after
+    assert _warden(third) == lowered_next
+    assert _priority(lowered_next) == NORMAL
+    assert [_priority(pid) for pid in _worker_pids(third)] == [NORMAL, NORMAL]
+    for job in (second, third):
+        assert job.wait(timeout=60) == "succeeded", job.logs()
 
 
 def test_a_standby_ends_with_the_process_that_started_it(pool_on):

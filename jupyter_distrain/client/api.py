@@ -117,6 +117,10 @@ def submit(spec: JobSpec, namespace: Mapping[str, Any] | None = None) -> Job:
     if pushed is not None:
         job_dir.write_pushed(pushed)
     start_supervisor(job_dir, standby_ok=resolved.pool)
+    try:  # the next job's supervisor, importing beside this one
+        standby.prepare(resolved.launcher, lowered=True)
+    except (OSError, ValueError) as exc:
+        log.warning("no supervisor on standby: %s", exc)
     try:
         retention.apply()
     except OSError as exc:  # the store stays as it was; the job runs

@@ -129,8 +129,8 @@ def _watching(job: Job, view: View | None, out: TextIO | None, stop: bool) -> It
     finally:
         if view is not None:
             _refreshed(view, force=True)
-        with contextlib.suppress(OSError, ValueError):  # the next job's supervisor, started
-            standby.prepare(job.spec.launcher)  # while the user reads this one's output
+        with contextlib.suppress(OSError, ValueError):  # the next job's supervisor: back to
+            standby.prepare(job.spec.launcher)  # normal, or started (see client/standby.py)
 
 
 @dataclass(frozen=True)

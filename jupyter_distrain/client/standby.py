@@ -1,6 +1,9 @@
-"""The kernel's supervisor on standby (``supervisor/standby.py``): started when a followed
-job ends, so the next job's supervisor is an already started Python with the supervisor
-imported, not a new one (~0.09 s off a warm re-run's first step, measured).
+"""The kernel's supervisor on standby (``supervisor/standby.py``): started as a job is
+submitted, so the next job's supervisor is an already started Python with the supervisor
+imported, not a new one (~0.09 s off a warm re-run's first step, measured). While the
+job runs it imports lowered, on CPU time the job leaves (``pool/priority.py``), and is
+put back to normal when it is handed a job or the job's follow ends; where a process
+cannot be lowered and put back, it is started when a followed job ends instead.
 
 It exists only with the warm pool on (``JUPYTER_DISTRAIN_POOL``, the same setting: both
 trade an idle process for a faster start), is used once, is not used when this
@@ -21,7 +24,7 @@ import threading
 from dataclasses import dataclass
 
 from ..contract.store import JobDir
-from ..pool import wire
+from ..pool import priority, wire
 from ..pool.kinds import enabled, source_fingerprint
 from ..processes import inherited_environment
 
@@ -36,6 +39,13 @@ class _Standby:
     channel: socket.socket
     fingerprint: str
     launcher: str
+    lowered: bool
+
+    def restore(self) -> None:
+        """Back to normal priority, if it was started lowered."""
+        if self.lowered:
+            priority.restore(self.proc.pid)
+            self.lowered = False
 
     def discard(self) -> None:
         self.channel.close()  # an unused standby ends on its own when it sees this
@@ -57,9 +67,11 @@ def _take() -> _Standby | None:
     return standby
 
 
-def prepare(launcher: str = "local") -> None:
-    """Start a supervisor on standby for a job of ``launcher`` (the last one's) unless
-    one is ready (or pools are off)."""
+def prepare(launcher: str = "local", lowered: bool = False) -> None:
+    """Have a supervisor on standby for a job of ``launcher`` (the last one's), unless
+    pools are off. ``lowered``: one started now imports beside a running job, on the CPU
+    time it leaves, and is not started where it could not be put back to normal; without
+    it, one that is ready is put back to normal."""
     global _standby
     if not enabled(os.environ):
         discard()
@@ -67,8 +79,12 @@ def prepare(launcher: str = "local") -> None:
     with _guard:
         if _standby is not None and _standby.proc.poll() is None:
             if _standby.launcher == launcher:
+                if not lowered:
+                    _standby.restore()
                 return
             _standby.discard()
+        if lowered and not priority.can_lower():
+            return
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         try:
             proc = subprocess.Popen(
@@ -84,7 +100,9 @@ def prepare(launcher: str = "local") -> None:
             return
         finally:
             theirs.close()
-        _standby = _Standby(proc, ours, source_fingerprint(), launcher)
+        if lowered:  # its own session by now: Popen returns once it has exec'd
+            priority.lower_process(proc.pid)
+        _standby = _Standby(proc, ours, source_fingerprint(), launcher, lowered)
     # reap it when it ends, used or not, so a long-lived kernel collects no zombies
     threading.Thread(target=proc.wait, daemon=True).start()
 
@@ -115,6 +133,7 @@ def hand_over(job: JobDir, lock: int) -> bool:
     ):
         standby.discard()
         return False
+    standby.restore()  # before it starts the job's processes, which inherit its priority
     answer: dict | None = None
     try:
         standby.channel.settimeout(ANSWER_SECONDS)

@@ -66,6 +66,15 @@ def lower() -> None:
         os.sched_setscheduler(0, os.SCHED_IDLE, _NORMAL)
 
 
+def lower_process(pid: int) -> None:
+    """Lower ``pid`` from outside: a session leader just started, before it starts
+    threads or processes of its own (they inherit its policy)."""
+    _set_autogroup_nice(pid, LOWEST_NICE)
+    if may_use_idle_policy():
+        with contextlib.suppress(ProcessLookupError):
+            os.sched_setscheduler(pid, os.SCHED_IDLE, _NORMAL)
+
+
 def restore(pid: int) -> None:
     """Put ``pid`` (its autogroup, and each of its threads) back to normal."""
     _set_autogroup_nice(pid, 0)
