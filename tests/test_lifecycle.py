@@ -282,6 +282,26 @@ def test_cpu_flag_pins_each_worker(kernel):
         assert len(cpus) == 1 and line.endswith(" 1")
 
 
+THREADS_CELL = (
+    "import os\nprint('threads', os.environ.get('TF_NUM_INTRAOP_THREADS'),"
+    " os.environ.get('TF_NUM_INTEROP_THREADS'))\n"
+)
+
+
+def test_each_of_a_hosts_processes_gets_its_share_of_the_cores_unless_told(kernel):
+    def threads(flags: str) -> list[str]:
+        out = kernel.execute(f"%%distributed {flags}\n{THREADS_CELL}")
+        assert out.error is None, out.error_text
+        return sorted(
+            line.split("threads ")[1] for line in out.stdout.splitlines() if "threads " in line
+        )
+
+    share = max(1, len(os.sched_getaffinity(0)) // 2)
+    assert threads("--workers 2") == [f"{share} {share}"] * 2
+    assert threads("--workers 2 --env TF_NUM_INTEROP_THREADS=3") == ["None 3"] * 2
+    assert threads("--workers 1") == ["None None"]
+
+
 def test_job_directory_layout_is_private(kernel, jobs_root):
     out = kernel.execute("%%distributed --workers 1 --name layout\nprint('hi')\n")
     assert out.error is None, out.error_text

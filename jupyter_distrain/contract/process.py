@@ -83,6 +83,8 @@ class Env:
     INDEX = "JUPYTER_DISTRAIN_INDEX"
     RANK = "JUPYTER_DISTRAIN_RANK"  # set by the worker itself for the user's program
     ADDRESS = "JUPYTER_DISTRAIN_ADDRESS"  # the address other processes reach this one on
+    # how many of the job's processes share this one's host (worker/threads.py)
+    HOST_PROCESSES = "JUPYTER_DISTRAIN_HOST_PROCESSES"
     MODE = "JUPYTER_DISTRAIN_MODE"  # a Mode: what the worker does with its program
     INSTRUMENT = "JUPYTER_DISTRAIN_INSTRUMENT"  # "0" turns the Keras instrumentation off
     # MPI path: one mpirun starts every rank; each names itself from its MPI rank

@@ -9,7 +9,7 @@ import threading
 from collections.abc import Callable
 
 from ..backends.base import Backend, JobHost, Plan, WorkerCommand
-from ..contract.process import ProcessId, identity_env
+from ..contract.process import Env, ProcessId, identity_env
 from ..contract.spec import JobSpec
 from ..contract.store import JobDir
 from ..launchers.base import LaunchedProcess, Launcher, ProcessSpec
@@ -19,6 +19,17 @@ from .table import Entry, ProcessTable, record_exit
 from .termination import terminate
 
 log = logging.getLogger(__name__)
+
+
+def count_host_processes(processes: list[ProcessSpec]) -> None:
+    """Tell each process how many of the plan's share its host (``Env.HOST_PROCESSES``:
+    ``worker/threads.py`` gives each its share of the cores). Not a helper that starts
+    members itself: mpirun binds its ranks to cores on its own."""
+    placed = [proc for proc in processes if proc.slot is not None and not proc.hosts]
+    hosts = [proc.slot.host for proc in placed if proc.slot is not None]
+    for proc in placed:
+        if proc.slot is not None:
+            proc.env[Env.HOST_PROCESSES] = str(hosts.count(proc.slot.host))
 
 
 class Generation:
@@ -52,6 +63,7 @@ class Generation:
         slots = self.launcher.place(self.backend.slots_needed())
         self.plan = self.backend.prepare(slots, self.launcher, self.worker)
         self.pending = list(self.plan.processes)
+        count_host_processes(self.pending)
         for proc in self.pending:
             self._row(proc)
             for member, slot in proc.hosts.items():

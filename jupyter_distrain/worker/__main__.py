@@ -30,7 +30,7 @@ from ..contract import control, metrics
 from ..contract import process as contract
 from ..contract.process import Env, Mode, ProcessId, WorkerChannels
 from ..contract.store import JobDir
-from . import horovod_hook, instrument, jax_hook, keras_hook, torch_hook
+from . import horovod_hook, instrument, jax_hook, keras_hook, threads, torch_hook
 
 
 def _redirect_output(path: Path) -> None:
@@ -208,6 +208,7 @@ def main() -> int:
     _tell_supervisor(channels, contract.hello(me, os.getpid(), socket.gethostname(), address))
     metrics.reporter()  # heartbeats from now on: silence means a hung process
     mode = Mode.from_env(os.environ)
+    threads.share_cores(mode)
     if os.environ.get(Env.INSTRUMENT, "1") != "0" and channels.metrics and mode != Mode.SERVER:
         keras_hook.install()
         torch_hook.install()
