@@ -101,7 +101,7 @@ def prepare(launcher: str = "local", lowered: bool = False) -> None:
         finally:
             theirs.close()
         if lowered:  # its own session by now: Popen returns once it has exec'd
-            priority.lower_process(proc.pid)
+            priority.lower(proc.pid)
         _standby = _Standby(proc, ours, source_fingerprint(), launcher, lowered)
     # reap it when it ends, used or not, so a long-lived kernel collects no zombies
     threading.Thread(target=proc.wait, daemon=True).start()

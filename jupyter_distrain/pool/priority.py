@@ -58,18 +58,11 @@ def _set_autogroup_nice(pid: int | str, nice: int) -> None:
         Path(f"/proc/{pid}/autogroup").write_text(str(nice))
 
 
-def lower() -> None:
-    """Lower the calling process, a session leader (and what it starts); a
-    ``preexec_fn``."""
-    _set_autogroup_nice("self", LOWEST_NICE)
-    if may_use_idle_policy():
-        os.sched_setscheduler(0, os.SCHED_IDLE, _NORMAL)
-
-
-def lower_process(pid: int) -> None:
-    """Lower ``pid`` from outside: a session leader just started, before it starts
-    threads or processes of its own (they inherit its policy)."""
-    _set_autogroup_nice(pid, LOWEST_NICE)
+def lower(pid: int = 0) -> None:
+    """Lower ``pid``, a session leader, and what it starts later (its threads and
+    children inherit its policy): by default the calling process (a ``preexec_fn``), or
+    one just started, from outside."""
+    _set_autogroup_nice(pid or "self", LOWEST_NICE)
     if may_use_idle_policy():
         with contextlib.suppress(ProcessLookupError):
             os.sched_setscheduler(pid, os.SCHED_IDLE, _NORMAL)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import logging
 import signal
 import threading
+from collections import Counter
 from collections.abc import Callable
 
 from ..backends.base import Backend, JobHost, Plan, WorkerCommand
@@ -25,11 +26,10 @@ def count_host_processes(processes: list[ProcessSpec]) -> None:
     """Tell each process how many of the plan's share its host (``Env.HOST_PROCESSES``:
     ``worker/threads.py`` gives each its share of the cores). Not a helper that starts
     members itself: mpirun binds its ranks to cores on its own."""
-    placed = [proc for proc in processes if proc.slot is not None and not proc.hosts]
-    hosts = [proc.slot.host for proc in placed if proc.slot is not None]
-    for proc in placed:
-        if proc.slot is not None:
-            proc.env[Env.HOST_PROCESSES] = str(hosts.count(proc.slot.host))
+    placed = [(proc, proc.slot.host) for proc in processes if proc.slot and not proc.hosts]
+    per_host = Counter(host for _, host in placed)
+    for proc, host in placed:
+        proc.env[Env.HOST_PROCESSES] = str(per_host[host])
 
 
 class Generation:

@@ -12,13 +12,12 @@ from the plan by the supervisor), each gets ``cores // k`` threads (at least one
 through TensorFlow's own variables: the intra-op pool always, the inter-op pool only
 for a program run as ``__main__`` (a TensorFlow server, or a TF1 program of
 ``run_cluster``, runs many blocking ops at once: queues, remote calls). Unless it has
-either already: the user's
-``--cpu`` (``launchers/limits.py`` sets them), ``--env`` or the kernel's environment
-decide then, as does ``tf.config.threading`` in the program. TensorFlow reads them
-when its runtime starts (the first op), not at import, so a pooled process, which
-imported TensorFlow before its job existed, takes them as a cold one does.
-``OMP_NUM_THREADS`` is read when OpenMP is loaded, at import: the torch backend sets
-it in the process's environment (as torchrun does), which a pool keys on.
+either already: the user's ``--cpu`` (``launchers/limits.py`` sets them), ``--env`` or
+the kernel's environment decide then, as does ``tf.config.threading`` in the program.
+TensorFlow reads them when its runtime starts (the first op), not at import, so a
+pooled process, which imported TensorFlow before its job existed, takes them as a cold
+one does. ``OMP_NUM_THREADS`` is read when OpenMP is loaded, at import: the torch
+backend sets it in the process's environment (as torchrun does), which a pool keys on.
 """
 
 from __future__ import annotations
