@@ -156,6 +156,8 @@ def test_a_port_scan_from_another_host_finds_nothing_then_stop_leaves_nothing(jo
     left = left_after(lambda: processes_of(job.dir.path), 10)
     fault_row("port scan (jax job: coordinator, Gloo)", not reachable, job.state, len(left))
     assert reachable == [] and left == []
+    # ended by the SIGTERM, not the SIGKILL a grace later (JAX's preemption service is off)
+    assert "ignored SIGTERM" not in job.dir.supervisor_log.read_text()
 
 
 HANGING = """\

@@ -202,6 +202,22 @@ def test_the_first_failure_fails_the_job_and_stops_the_others(harness):
     assert not any(p.live for p in status.processes)
 
 
+def test_a_failure_counts_from_the_bye_when_the_exit_waits_on_the_peers(harness):
+    # JAX's (and Horovod's) shutdown at exit waits on the peers: the rank that raised may
+    # exit after a peer that failed because it left; its bye says first who failed first
+    h = harness(backend="jax")
+    h.up()
+    h.send(ev.Bye(bye(W1, h.procs[W1].pid, 0)))  # a success waits for the exit
+    assert h.state.process(W1).live
+    h.send(ev.Bye(bye(W1, h.procs[W1].pid, 1)))
+    status = h.state
+    assert status.state == "failed" and status.error == "rank 1 failed first (exit code 1)"
+    h.procs[W0].exit(1)  # the peer's own failure, after
+    h.pump()
+    assert h.state.error == "rank 1 failed first (exit code 1)"
+    assert h.procs[W1].signals[0] == signal.SIGTERM  # still in its exit: stopped with the rest
+
+
 def test_a_process_that_ignores_sigterm_is_killed_after_the_grace(harness):
     h = harness(workers=1)
     FakeLauncher.started[0].ignores_term = True

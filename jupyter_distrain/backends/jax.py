@@ -10,7 +10,9 @@ gRPC service that rank 0 serves) is bound to rank 0's slot address, not JAX's de
 of every interface: inside a local job's private namespace, the hosts' interface
 across hosts. JAX's CPU collectives (Gloo) use each slot's interface. Keras 3 uses
 JAX unless the job's ``--env KERAS_BACKEND`` says otherwise. Failures are the SPMD
-rule: the first process to fail fails the job, and the others are stopped.
+rule: the first process to fail fails the job, and the others are stopped; JAX's
+preemption service is off unless ``--env JAX_ENABLE_PREEMPTION_SERVICE=true`` (it
+catches SIGTERM, so a stop would wait the whole grace for each process).
 """
 
 from __future__ import annotations
@@ -22,6 +24,10 @@ from .base import Backend, Plan, WorkerCommand
 
 INSTALL_HINT = "jax is not installed: pip install 'jupyter_distrain[jax]' (CPU: pip install jax)"
 COORDINATOR_PORT = "JAX coordinator (gRPC, unauthenticated)"
+# what every process gets unless the job's --env says otherwise: Keras 3 on JAX, and no
+# preemption service (it takes SIGTERM as a notice to reach a sync point, so a process
+# would ignore the SIGTERM of a stop or of a failing job and live on until the SIGKILL)
+UNLESS_TOLD = {"KERAS_BACKEND": "jax", "JAX_ENABLE_PREEMPTION_SERVICE": "false"}
 
 
 def jax_env(slots: list[Slot], coordinator: str) -> list[dict[str, str]]:
@@ -58,9 +64,9 @@ class JaxBackend(Backend):
         coordinator = slots[0]
         (port,) = launcher.reserve_ports([coordinator])
         address = f"{coordinator.address}:{port}"
-        keras = {} if "KERAS_BACKEND" in self.spec.env else {"KERAS_BACKEND": "jax"}
+        defaults = {k: v for k, v in UNLESS_TOLD.items() if k not in self.spec.env}
         processes = [
-            worker.process(ProcessId("worker", slot.index), slot, rank=rank, **env, **keras)
+            worker.process(ProcessId("worker", slot.index), slot, rank=rank, **env, **defaults)
             for rank, (slot, env) in enumerate(zip(slots, jax_env(slots, address), strict=True))
         ]
         return Plan(processes, info={"coordinator": address}, ports={COORDINATOR_PORT: [port]})

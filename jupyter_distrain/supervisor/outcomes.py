@@ -7,7 +7,7 @@ import logging
 import time
 from typing import TYPE_CHECKING, Any
 
-from ..contract.process import ProcessId, metric_number
+from ..contract.process import CHECKPOINT_EXIT, ProcessId, metric_number
 from ..contract.status import ProcessRecord
 from ..launchers.base import LaunchedProcess
 from .table import record_exit
@@ -53,14 +53,22 @@ class ProcessEvents:
             sup.save()
 
     def on_bye(self, body: dict[str, Any]) -> None:
-        """A member a helper started reports its exit code (ours report through wait()),
-        and so does a pooled one: its parent is the keeper, which may be gone."""
+        """A member reports its exit code as its program ends, before Python's exit.
+
+        One a helper started ends with it (no wait() of ours sees it), and so does a pooled
+        one (its parent, the keeper, may be gone). One we started cold ends with it when it
+        failed: its exit may come seconds later (JAX's and Horovod's shutdown at exit wait on
+        the peers), and a peer failing because it left must not be taken for the first failure.
+        A success (or a checkpoint) still waits for the exit, which wait() reports."""
         entry = self.supervisor.table.entry(ProcessId.of(body))
-        if entry is None or entry.handle is None or entry.launched and not entry.handle.pooled:
+        if entry is None or entry.handle is None:
             return
-        if entry.handle.pid != body.get("pid") or not isinstance(body.get("code"), int):
+        code = body.get("code")
+        if entry.handle.pid != body.get("pid") or not isinstance(code, int):
             return
-        self.ended(entry.record, body["code"])
+        if entry.launched and not entry.handle.pooled and code in (0, CHECKPOINT_EXIT):
+            return
+        self.ended(entry.record, code)
 
     def on_exited(self, pid: ProcessId, handle: LaunchedProcess, code: int) -> None:
         table = self.supervisor.table
