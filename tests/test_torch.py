@@ -406,3 +406,18 @@ def ddp_rerun_from_the_pool(spec: JobSpec, monkeypatch, ready) -> Job:
     assert all(said), second.logs()
     assert said[0].group(5) == said[1].group(5)  # identical weights
     return second
+
+
+def test_the_gpu_check_runs_its_pytorch_job_where_no_gpu_is_lent(jobs_root):
+    """benchmarks/gpu_check.py runs on a GPU machine only when a session is lent one:
+    its --cpu mode runs the same PyTorch job here so that it still works then."""
+    check = subprocess.run(
+        [sys.executable, str(BENCHMARKS / "gpu_check.py"), "--cpu", "--frameworks", "torch"]
+        + ["--steps", "5", "--batch", "8"],
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
+    assert check.returncode == 0, check.stdout + check.stderr
+    assert "torch: job" in check.stdout and "succeeded" in check.stdout, check.stdout
+    assert "weights agree across 2 ranks: True" in check.stdout, check.stdout
