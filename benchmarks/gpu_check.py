@@ -99,17 +99,16 @@ print("weights", f"{{sum(float(np.sum(w)) for w in model.get_weights()):.9e}}", 
 
 @dataclass(frozen=True)
 class Check:
-    """One framework's job: the module it needs, the backend and the cell."""
+    """One framework's job: the module it needs and the cell."""
 
     module: str
-    backend: str
     cell: str
 
 
-CHECKS = {
-    "torch": Check("torch", "torch", TORCH_CELL),
-    "jax": Check("jax", "jax", JAX_CELL),
-    "tf": Check("tensorflow", "tf", TF_CELL),
+CHECKS = {  # by the backend each runs on
+    "torch": Check("torch", TORCH_CELL),
+    "jax": Check("jax", JAX_CELL),
+    "tf": Check("tensorflow", TF_CELL),
 }
 
 
@@ -125,9 +124,9 @@ def follow(job: Job) -> dict[str, tuple[float, int]]:
     return busiest
 
 
-def images_per_sec(job: Job, process: ProcessId) -> float:
-    """The mean images/sec of the second half of a process's steps."""
-    records = [json.loads(line) for line in job.dir.metrics_file.read_text().splitlines()]
+def images_per_sec(records: list[dict], process: ProcessId) -> float:
+    """The mean images/sec of the second half of a process's steps (``records``: the
+    job's metrics)."""
     rates = [
         r["images_per_sec"]
         for r in records
@@ -142,13 +141,14 @@ def run_check(
 ) -> bool:
     """Run one framework's job and print what it did; True if it passed."""
     code = check.cell.format(steps=steps, batch=batch)
-    spec = JobSpec(code=code, workers=workers, backend=check.backend, gpus=gpus_each, timeout=600)
+    spec = JobSpec(code=code, workers=workers, backend=name, gpus=gpus_each, timeout=600)
     started = time.monotonic()
     job = submit(spec)
     busiest = follow(job)
     state = job.status()
     print(f"{name}: job {job.id} {state.state} in {time.monotonic() - started:.1f} s", end="")
     print(f" ({state.error})" if state.error else "")
+    metrics = [json.loads(line) for line in job.dir.metrics_file.read_text().splitlines()]
     checksums = set()
     for p in state.processes:
         log = job.logs(p.id).splitlines()
@@ -156,7 +156,7 @@ def run_check(
         checksums |= {line.split()[1] for line in log if line.startswith("weights ")}
         percent, memory = busiest.get(str(p.id), (0.0, 0))
         print(
-            f"  {p.id}: gpus {p.gpus or '-'}, {images_per_sec(job, p.id):,.0f} images/sec, "
+            f"  {p.id}: gpus {p.gpus or '-'}, {images_per_sec(metrics, p.id):,.0f} images/sec, "
             f"GPU up to {percent:.0f}% and {memory / 2**30:.1f} GiB; {device}"
         )
     agree = len(checksums) == 1
