@@ -37,6 +37,8 @@ BOUND = 1.0  # seconds from a cell's start to its first step
 
 def cell(code: str, width: int) -> str:
     """The benchmark program with its dense layer ``width`` wide."""
+    if "Dense(64," not in code:  # else every cell would be the same program, unnoticed
+        raise RuntimeError("launch_overhead.SCRIPT no longer has the dense layer to widen")
     return code.replace("Dense(64,", f"Dense({width},")
 
 
