@@ -156,6 +156,7 @@ def test_a_run_past_its_timeout_is_stopped_and_said_in_one_line(jobs_root):
 
 
 @pytest.mark.horovod
+@pytest.mark.root  # the hosts are network namespaces
 def test_bench_runs_over_ssh_on_the_hosts_and_on_a_local_ray(jobs_root, tmp_path, monkeypatch):
     for key, value in QUIET_RAY.items():
         monkeypatch.setenv(key, value)

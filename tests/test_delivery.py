@@ -397,7 +397,7 @@ def test_a_silent_host_times_out_and_a_failed_sender_keeps_nothing(job):
     assert files_under(job / "checkpoints") == set()
 
 
-@pytest.mark.skipif(os.geteuid() != 0, reason="mounting a small file system needs root")
+@pytest.mark.root  # mounts a small file system
 def test_a_full_disk_keeps_nothing_of_the_host_and_says_so(tmp_path):
     small = tmp_path / "small"
     small.mkdir()
@@ -431,12 +431,11 @@ result = f"from rank {rank}"
 def hosts(tmp_path_factory):
     from multihost import ssh_cluster  # here: the other tests need no hosts
 
-    if os.geteuid() != 0:
-        pytest.skip("network namespaces need root")
     with ssh_cluster(tmp_path_factory.mktemp("hosts")) as made:
         yield made
 
 
+@pytest.mark.root  # the hosts are network namespaces
 def test_a_host_answering_with_a_crafted_archive_changes_nothing_of_the_job(
     hosts, jobs_root, tmp_path
 ):

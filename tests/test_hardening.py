@@ -216,3 +216,51 @@ def test_a_view_that_raises_does_not_end_the_wait(jobs_root, capsys):
     job = submit(JobSpec(code="import time\ntime.sleep(1)\n", workers=1, backend="plain"))
     assert follow(job, Broken(), out=io.StringIO()) == "succeeded"
     assert "the job's view failed" in capsys.readouterr().err
+
+
+def test_one_damaged_spec_file_breaks_no_listing(jobs_root):
+    # list and GET /distrain/jobs built every job's line from its spec: one bad file
+    # (or one written by someone else) failed the whole listing
+    from jupyter_distrain.server.models import job_model
+
+    good = JobDir.create(JobSpec(code="", name="good"))
+    for text in ("[]", '{"workers": {"x": 1}, "launcher_options": 3}', "{not json"):
+        bad = JobDir.create(JobSpec(code="", name="bad"))
+        bad.spec_file.write_text(text)
+    listed = subprocess.run(
+        [sys.executable, "-m", "jupyter_distrain.cli", "list"],
+        capture_output=True, text=True, timeout=60, env={**os.environ, "JUPYTER_DISTRAIN_ROOT": str(jobs_root)},
+    )
+    assert listed.returncode == 0, listed.stderr
+    lines = listed.stdout.splitlines()
+    assert len(lines) == 4 and sum(" unknown " in line for line in lines) == 3
+    assert any(line.startswith(good.id) and " pending " in line for line in lines)
+    models = [job_model(Job(d)) for d in list_job_dirs()]
+    assert sorted(m["state"] for m in models) == ["pending", "unknown", "unknown", "unknown"]
+    assert all("spec.json is unreadable" in m["error"] for m in models if m["state"] == "unknown")
+
+
+def test_a_job_whose_submit_was_interrupted_says_so_and_can_be_cleaned(jobs_root, monkeypatch):
+    # the job directory was made but no supervisor ever took its lock: it stayed "pending"
+    # for ever, clean skipped it and stop waited out its timeout
+    from jupyter_distrain.client import api
+    from jupyter_distrain.contract.retention import clean
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(api, "start_supervisor", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        submit(JobSpec(code="print(1)\n", name="cut", pool=False))
+    (cut,) = list_job_dirs()
+    status = Job(cut).status()
+    assert status.state == "failed" and "submit was interrupted" in status.error
+    # a kernel killed in the middle writes nothing: the store says so once the submit is old
+    killed = JobDir.create(JobSpec(code="", name="killed"))
+    assert Job(killed).status().state == "pending"  # a submit under way
+    old = time.time() - 120
+    os.utime(killed.spec_file, (old, old))
+    assert Job(killed).status().state == "failed"
+    started = time.monotonic()
+    assert Job(killed).stop() == "failed" and time.monotonic() - started < 5
+    assert sorted(clean()) == sorted([cut.id, killed.id])

@@ -8,7 +8,6 @@ was; Stop and a port scan find nothing left or reachable; bad input is one line.
 from __future__ import annotations
 
 import json
-import os
 import re
 
 import pytest
@@ -139,7 +138,7 @@ time.sleep(600)
 """
 
 
-@pytest.mark.skipif(os.geteuid() != 0, reason="a second host (network namespace) needs root")
+@pytest.mark.root  # a second host (network namespace)
 def test_a_port_scan_from_another_host_finds_nothing_then_stop_leaves_nothing(jobs_root):
     job = submit(JobSpec(code=WAITING, workers=2, backend="jax", grace=1))
     logs = [job.dir.log_file(ProcessId("worker", i)) for i in (0, 1)]

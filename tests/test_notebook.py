@@ -146,6 +146,7 @@ def test_scaling_notebook_grows_an_elastic_job_in_place_and_a_keras_job_from_a_c
 
 
 @pytest.mark.horovod
+@pytest.mark.root  # the hosts are network namespaces
 def test_multi_host_notebook_trains_on_a_local_ray_and_over_ssh_on_two_hosts(jobs_root, tmp_path):
     with ssh_cluster(tmp_path / "hosts") as hosts:
         ssh_flags = hosts.flags().removeprefix("--launcher ssh ")

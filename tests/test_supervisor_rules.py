@@ -472,9 +472,29 @@ def test_without_isolation_the_open_ports_are_named_once(harness):
     h = harness(isolation_warning="no private network namespace (Operation not permitted)")
     (warning,) = h.state.warnings
     assert warning == (
-        "no private network namespace (Operation not permitted): reachable from other hosts: "
+        "no private network namespace (Operation not permitted): reachable by other hosts: "
         "TensorFlow gRPC (unauthenticated) on ports 20000, 20001"
     )
+
+
+def test_without_isolation_a_horovod_elastic_job_is_refused_before_its_rendezvous_starts(
+    harness,
+):
+    # its rendezvous unpickles what it is sent: reached by a neighbour, it runs their code
+    elastic = "import horovod.tensorflow as hvd\n@hvd.elastic.run\ndef train(state):\n    pass\n"
+    h = harness(
+        isolation_warning="no private network namespace (Operation not permitted)",
+        backend="horovod",
+        code=elastic,
+    )
+    status = h.state
+    assert status.state == "failed" and status.error.startswith(
+        "not started: no private network namespace (Operation not permitted), and Horovod "
+        "elastic's rendezvous server unpickles what any caller sends it"
+    )
+    assert "\n" not in status.error and FakeLauncher.started == [] and h.sup.gen.plan is None
+    # isolated, the same job is planned (its rendezvous on loopback of its own network)
+    assert harness(backend="horovod", code=elastic).sup.gen.plan is not None
 
 
 def test_a_remote_process_reported_after_its_hello_gets_its_pid_and_pool_in_its_row(harness):

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import importlib.util
 import json
-import os
 import re
 import subprocess
 import sys
@@ -186,7 +185,7 @@ time.sleep(600)
 """
 
 
-@pytest.mark.skipif(os.geteuid() != 0, reason="a second host (network namespace) needs root")
+@pytest.mark.root  # a second host (network namespace)
 def test_a_port_scan_from_another_host_finds_nothing_of_a_local_torch_job(jobs_root):
     job = submit(JobSpec(code=WAITING, workers=2, backend="torch", grace=1))
     logs = [job.dir.log_file(ProcessId("worker", i)) for i in (0, 1)]

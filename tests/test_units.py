@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import sys
 
@@ -123,7 +122,7 @@ print(first, again, oct(info.st_mode & 0o777), info.st_uid == os.getuid())
 """
 
 
-@pytest.mark.skipif(os.geteuid() != 0 or not shutil.which("unshare"), reason="needs root")
+@pytest.mark.root  # mounts a tmpfs on /tmp in a mount namespace
 @pytest.mark.parametrize(
     "made_first", ["mkdir -m 700 {d} && chown 65534 {d}", "mkdir -m 755 {d}", "ln -s /var {d}"]
 )

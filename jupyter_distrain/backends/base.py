@@ -132,6 +132,11 @@ class Backend(ABC):
         """How many slots the launcher must place."""
         return self.spec.workers
 
+    def needs_isolation(self) -> str | None:
+        """Why this job must not run where others can reach its servers (one of them runs
+        what a caller sends it), or None: the supervisor then refuses it unisolated."""
+        return None
+
     @abstractmethod
     def prepare(self, slots: list[Slot], launcher: Launcher, worker: WorkerCommand) -> Plan:
         """Start the job's services for these slots and say which processes to start."""

@@ -44,6 +44,14 @@ class HorovodBackend(Backend):
             return False, "horovod was built without TensorFlow support"
         return True, "horovod is installed with TensorFlow support"
 
+    def needs_isolation(self) -> str | None:
+        if self.elastic and self.spec.controller != "mpi":
+            return (
+                "Horovod elastic's rendezvous server unpickles what any caller sends it, so "
+                "whoever reaches its port runs code as you"
+            )
+        return None
+
     def prepare(self, slots: list[Slot], launcher: Launcher, worker: WorkerCommand) -> Plan:
         if self.spec.controller == "mpi":
             return Plan([mpirun_process(slots, worker, self.spec.env, HOROVOD_MPI_ENV)])

@@ -4,7 +4,6 @@ runs both use it."""
 
 from __future__ import annotations
 
-import ipaddress
 from collections import Counter
 from typing import Any
 
@@ -57,13 +56,9 @@ def bound_rendezvous(address: str) -> Any:
 
 
 def rendezvous_ports(address: str, port: int) -> dict[str, list[int]]:
-    """The rendezvous port as a port other hosts can reach: none when it listens on
-    loopback (the local launcher, a local Ray)."""
-    try:
-        loopback = ipaddress.ip_address(address).is_loopback
-    except ValueError:  # a host name
-        loopback = False
-    return {} if loopback else {"Horovod rendezvous": [port]}
+    """The rendezvous port, for the warning a job without isolation prints (on loopback,
+    other users of this machine reach it)."""
+    return {f"Horovod rendezvous (unauthenticated, {address})": [port]}
 
 
 class RendezvousService(Services):

@@ -23,7 +23,7 @@ from ..frameworks import resolve_keras
 from ..plugins import BACKENDS, LAUNCHERS, load_plugin
 from . import standby
 from .follow import follow
-from .job import Job
+from .job import NEVER_STARTED, Job
 
 log = logging.getLogger(__name__)
 
@@ -114,9 +114,14 @@ def submit(spec: JobSpec, namespace: Mapping[str, Any] | None = None) -> Job:
     resolved = launcher.choose_pool(resolved, dict(os.environ))
     pushed = pickle_pushed(resolved.push, namespace or {})
     job_dir = JobDir.create(resolved)
-    if pushed is not None:
-        job_dir.write_pushed(pushed)
-    start_supervisor(job_dir, standby_ok=resolved.pool)
+    try:
+        if pushed is not None:
+            job_dir.write_pushed(pushed)
+        start_supervisor(job_dir, standby_ok=resolved.pool)
+    except BaseException:  # an interrupt, say: the job says at once that it never ran
+        if job_dir.supervisor_alive() is None:
+            job_dir.write_state(job_dir.read_state().lost(NEVER_STARTED))
+        raise
     try:  # the next job's supervisor, importing beside this one
         standby.prepare(resolved.launcher, lowered=True)
     except (OSError, ValueError) as exc:

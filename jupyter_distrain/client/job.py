@@ -8,6 +8,7 @@ job's output in a cell is :mod:`jupyter_distrain.client.follow`.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
@@ -22,12 +23,13 @@ from ..contract.process import (
 )
 from ..contract.spec import JobSpec
 from ..contract.status import JobStatus
-from ..contract.store import JobDir, find_job_dir, list_job_dirs
+from ..contract.store import JobDir, UnreadableSpec, find_job_dir, list_job_dirs
 from ..plugins import LAUNCHERS, load_plugin
 from ..timing import poll_until
 from .output import LogTail
 
 POLL_SECONDS = 0.1
+NEVER_STARTED = "its submit was interrupted before a supervisor started; nothing ran"
 
 
 class JobFailed(RuntimeError):
@@ -88,8 +90,18 @@ class Job:
 
     @property
     def spec(self) -> JobSpec:
-        """The job's spec as stored (its backend resolved; its worker count as last scaled)."""
+        """The job's spec as stored (its backend resolved; its worker count as last scaled).
+        Raises :class:`UnreadableSpec` for a damaged spec.json."""
         return self.dir.read_spec()
+
+    def listed(self) -> tuple[JobStatus, JobSpec | None]:
+        """The status and spec a listing shows: a job whose spec.json is damaged is listed
+        as ``unknown``, with why (one bad file never breaks a listing)."""
+        status = self.status()
+        try:
+            return status, self.spec
+        except UnreadableSpec as exc:
+            return dataclasses.replace(status, state="unknown", error=str(exc)), None
 
     def __repr__(self) -> str:
         return f"<Job {self.id} {self.state}>"
@@ -102,6 +114,8 @@ class Job:
         status = self.dir.read_state()
         if not status.done and self.dir.supervisor_alive() is False:
             return status.lost("the supervisor died")  # died without writing an end
+        if not status.done and self.dir.never_started():
+            return status.lost(NEVER_STARTED)
         return status
 
     @property

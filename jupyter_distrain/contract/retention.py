@@ -72,6 +72,8 @@ def finished_at(job_dir: JobDir, settle: float = 0.0) -> float | None:
     alive = job_dir.supervisor_alive()
     if alive and settle > 0 and job_dir.read_state().done:
         alive = poll_until(lambda: job_dir.supervisor_alive() is False, settle) is False
+    if alive is None and (job_dir.never_started() or job_dir.read_state().done):
+        return job_dir.spec_file.stat().st_mtime
     if alive is not False:  # running, or no supervisor yet (being submitted)
         return None
     status = job_dir.read_state()

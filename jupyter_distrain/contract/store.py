@@ -59,6 +59,7 @@ __all__ = [  # with the names kept here for one release
     "JobDir",
     "JobStatus",
     "ProcessRecord",
+    "UnreadableSpec",
     "UnsafeJobDirectory",
     "aggregate_images_per_sec",
     "check_private",
@@ -71,6 +72,9 @@ __all__ = [  # with the names kept here for one release
 ]
 
 RESERVE_BYTES = 256 * 1024
+# a submit takes the job's lock within moments of making its directory (pickling what
+# --push names may take a while): a job never locked after this long never will be
+SUBMIT_SECONDS = 60.0
 JOB_ID_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,79}")
 
 
@@ -89,6 +93,10 @@ def jobs_root(create: bool = False) -> Path:
     if root.exists() or root.is_symlink():
         check_private(root, "the jobs root")
     return root
+
+
+class UnreadableSpec(ValueError):
+    """A job directory's spec.json is not a job's spec."""
 
 
 class JobDir:
@@ -166,7 +174,12 @@ class JobDir:
 
     # --- spec / state ----------------------------------------------------
     def read_spec(self) -> JobSpec:
-        return JobSpec.from_dict(json.loads(self.spec_file.read_text()))
+        """spec.json; :class:`UnreadableSpec` when it is not a job's spec (damaged, or
+        written by someone else), so a listing can show the job rather than fail."""
+        try:
+            return JobSpec.from_dict(json.loads(self.spec_file.read_text()))
+        except (ValueError, TypeError, AttributeError, KeyError, RecursionError) as exc:
+            raise UnreadableSpec(f"{self.id}: spec.json is unreadable: {exc}") from None
 
     def write_spec(self, spec: JobSpec) -> None:
         write_atomic(self.spec_file, json.dumps(spec.to_dict(), indent=2))
@@ -292,6 +305,17 @@ class JobDir:
         finally:
             os.close(fd)
         return False
+
+    def never_started(self) -> bool:
+        """Whether no supervisor took the job and none will: no lock was ever made, and
+        the directory is older than :data:`SUBMIT_SECONDS` (its submit was interrupted, or
+        its kernel died, before starting one)."""
+        if self.supervisor_alive() is not None:
+            return False
+        try:
+            return time.time() - self.spec_file.stat().st_mtime > SUBMIT_SECONDS
+        except OSError:
+            return True
 
 
 def list_job_dirs(root: Path | None = None) -> list[JobDir]:

@@ -196,6 +196,12 @@ class Launcher(ABC):
         return "this launcher does not isolate its processes"
 
     @classmethod
+    def reachable_by(cls, spec: JobSpec) -> str:
+        """Who reaches what the job's processes listen on when it is not isolated (the
+        warning that lists those ports names them)."""
+        return "other hosts"
+
+    @classmethod
     def isolate_job(cls, spec: JobSpec) -> str | None:
         """:meth:`isolate` for this job, where that depends on the job (the supervisor
         calls this one); the default is :meth:`isolate`."""

@@ -115,6 +115,10 @@ class LocalLauncher(Launcher):
     def isolate(cls) -> str | None:
         return private_network()
 
+    @classmethod
+    def reachable_by(cls, spec: JobSpec) -> str:
+        return "other users of this machine (and other hosts, for a server on every interface)"
+
     def place(self, n: int) -> list[Slot]:
         return [
             Slot(host="localhost", address="127.0.0.1", index=i, local_index=i) for i in range(n)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..client.job import Job
+from ..contract.spec import JobSpec
 from ..contract.status import ProcessRecord, aggregate_images_per_sec
 
 PROCESS_FIELDS = (
@@ -33,8 +34,9 @@ def process_model(record: ProcessRecord) -> dict[str, Any]:
 
 def job_model(job: Job) -> dict[str, Any]:
     """What the sidebar shows of one job, and what a scale or a stop answers."""
-    status = job.status()
-    spec = job.spec
+    status, spec = job.listed()
+    if spec is None:
+        spec = JobSpec(code="", name=job.id, workers=status.workers or 1)
     processes = status.processes
     up = sum(1 for p in processes if p.role in ("worker", "chief") and p.state == "running")
     return {

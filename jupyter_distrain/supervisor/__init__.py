@@ -23,6 +23,7 @@ import sys
 from .. import processes
 from ..backends.base import WorkerCommand
 from ..contract.store import JobDir
+from ..launchers.isolation import IsolationFailed
 from ..plugins import LAUNCHERS, load_plugin
 from . import warden
 from .channels import Channels
@@ -64,7 +65,13 @@ def supervise(job: JobDir) -> None:
     spec = job.read_spec()
     job.keep_reserve()
     launcher = load_plugin(LAUNCHERS, spec.launcher)
-    warning = launcher.isolate_job(spec)
+    try:
+        warning = launcher.isolate_job(spec)
+    except IsolationFailed as exc:  # no process started: the job fails, with why
+        log.error("%s", exc)
+        job.write_state(job.read_state().lost(f"{exc}; nothing was started"))
+        job.append_event("state", state="failed", error=str(exc))
+        return
     inbox = Inbox()
     channels = Channels(job, inbox, host=launcher.channel_host(spec))
     worker = WorkerCommand(

@@ -195,6 +195,14 @@ class Supervisor:
             number, self.spec, self.job, self.worker, self.inbox.post, self.plugins
         )
         self.gen.launcher.on_progress(self.launch_progress)
+        unsafe = self.gen.backend.needs_isolation()
+        if unsafe and self.isolation_warning:
+            self.fail(
+                f"not started: {self.isolation_warning}, and {unsafe}; run it where user "
+                "namespaces are allowed, or without hvd.elastic (scaling then restarts "
+                "from a checkpoint)"
+            )
+            return
         try:
             plan = self.gen.prepare()
         except LaunchCancelled:  # the stop asked meanwhile is next in the inbox
@@ -202,7 +210,10 @@ class Supervisor:
             return
         if self.isolation_warning and plan.ports:
             exposed = "; ".join(f"{what} on {_ports(p)}" for what, p in plan.ports.items())
-            self.warn(f"{self.isolation_warning}: reachable from other hosts: {exposed}")
+            reach = self.gen.launcher.reachable_by(self.spec)
+            text = f"{self.isolation_warning}: reachable by {reach}: {exposed}"
+            if text not in self.status.warnings:  # once, not once per generation
+                self.warn(text)
         self.save()
 
     def launch_progress(self, text: str) -> bool:

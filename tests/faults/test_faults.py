@@ -164,6 +164,7 @@ def _listening_ports(job: Job) -> list[int]:
     return sorted(ports)
 
 
+@pytest.mark.root  # the other host is a network namespace
 def test_a_port_scan_from_another_host_finds_nothing_of_a_ps_job_then_kill_the_ps(
     other_host, report
 ):
@@ -198,6 +199,7 @@ def test_a_port_scan_from_another_host_finds_nothing_of_a_ps_job_then_kill_the_p
 
 
 @pytest.mark.horovod
+@pytest.mark.root  # the other host is a network namespace
 def test_a_port_scan_from_another_host_finds_nothing_of_a_horovod_job(other_host, report):
     ns, address = other_host
     job = start(backend="horovod")

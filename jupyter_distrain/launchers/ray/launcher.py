@@ -353,6 +353,12 @@ class RayLauncher(Launcher):
         return private_network() if starts_local_ray(spec) else cls.isolate()
 
     @classmethod
+    def reachable_by(cls, spec: JobSpec) -> str:
+        if starts_local_ray(spec):  # a local Ray binds every interface
+            return "other users of this machine and other hosts"
+        return "other hosts"
+
+    @classmethod
     def channel_host(cls, spec: JobSpec) -> str | None:
         if starts_local_ray(spec):
             return None  # every process is on this machine, in the job's namespace
