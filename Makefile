@@ -3,7 +3,10 @@
 #   make test   set everything up, then run the test suite
 # Both are idempotent: each step is skipped when its stamp file is newer than its inputs.
 
-PYTHON ?= python3
+# Debian's own python3 where there is one: a virtualenv keeps a link to the interpreter it
+# was made from, and one under /root (pyenv's) is not runnable by the ordinary accounts the
+# user-facing tests run as (nor by the users of a shared install)
+PYTHON ?= $(if $(wildcard /usr/bin/python3),/usr/bin/python3,python3)
 VENV   ?= .venv
 # TF=pinned: TensorFlow 2.15.1 + Horovod built from source (Python <= 3.11);
 # TF=current: TensorFlow 2.20 + tf-keras, no Horovod (Horovod does not build against it).
@@ -36,9 +39,11 @@ TORCH.1        := $(STAMPS)/torch
 WITH_JAX       ?= $(if $(filter current,$(TF)),1,0)
 JAX_EXTRA.1    := $(comma)jax
 # the bench of tf and ps runs in the second run; here the bench notebook's test has those rows
-PYTEST_ARGS.pinned  := -m "not jax" \
+MARKS.pinned  := not jax
+MARKS.current := not horovod
+PYTEST_ARGS.pinned  := \
   --deselect tests/test_bench.py::test_a_two_worker_bench_of_tf_and_ps_measures_every_configuration
-PYTEST_ARGS.current := -m "not horovod"
+PYTEST_ARGS.current :=
 # the second run (current TensorFlow beside the pinned one) runs JAX's tests and the tests
 # whose outcome depends on TensorFlow's version: its backends, Keras's hooks and output,
 # AutoGraph's files, the seed's programs, the quickstart notebook (`make demo`; the ps and
@@ -46,7 +51,7 @@ PYTEST_ARGS.current := -m "not horovod"
 # that train with it, the port scan of its servers, and one warm pool of it (pooling
 # itself, the channels, the launchers, the server, torch and the rest run once, in the
 # first run)
-SECOND_RUN_ARGS := $(PYTEST_ARGS.current) tests/test_jax.py tests/test_ssh.py::test_a_jax_job_runs_one_process_on_each_host \
+SECOND_RUN_ARGS := tests/test_jax.py tests/test_ssh.py::test_a_jax_job_runs_one_process_on_each_host \
   tests/test_tf_backends.py tests/test_metrics_widget.py \
   tests/test_worker_tmp.py tests/test_cell_output.py tests/test_workers_api.py \
   tests/test_notebook.py::test_quickstart_notebook_trains_digits_to_90_percent tests/test_bench.py \
@@ -69,11 +74,13 @@ held_install = held=; \
 setup: $(STAMPS)/package
 
 $(STAMPS)/system:
-	@# iproute2: the fault tests make a second "host" (a network namespace) to port-scan from
-	@dpkg -s libopenmpi-dev openmpi-bin cmake g++ openssh-client iproute2 >/dev/null 2>&1 \
+	@# iproute2: the fault tests make a second "host" (a network namespace) to port-scan from;
+	@# acl, python3-seccomp: the test accounts (tests/users/), and a container's refusal of
+	@# namespaces (tests/users/no_namespaces.py)
+	@dpkg -s libopenmpi-dev openmpi-bin cmake g++ openssh-client iproute2 acl python3-seccomp >/dev/null 2>&1 \
 	  || { $(SUDO) apt-get update -q && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -q \
 	        --no-install-recommends libopenmpi-dev openmpi-bin cmake g++ make procps openssh-client \
-	        iproute2; }
+	        iproute2 acl python3-seccomp; }
 	@# openssh-server: the multi-host tests run Debian's sshd inside network namespaces; never
 	@# as a service here (the package's own start is held back while it installs)
 	@[ -x /usr/sbin/sshd ] || { $(call held_install,openssh-server); }
@@ -123,13 +130,25 @@ demo: setup
 lab: setup $(STAMPS)/labextension
 	$(VENV)/bin/jupyter lab --notebook-dir=notebooks $(if $(filter 0,$(shell id -u)),--allow-root)
 
+# The user battery runs as the ordinary account $(TEST_USER) (tests/users/accounts.sh makes
+# it and its neighbour); only the tests marked `root` (they make test hosts or mount) run
+# as root. Each pytest run below is the same selection as before, split by that mark.
+TEST_USER := distrain-alice
+USER_PYTEST = $(SUDO) env VENV=$(1) tests/users/as_user.sh $(TEST_USER) $(1)/bin/pytest -p no:cacheprovider
 test: setup
 	$(VENV)/bin/ruff check jupyter_distrain tests benchmarks notebooks
-	$(VENV)/bin/pytest $(PYTEST_ARGS.$(TF))
+	$(SUDO) tests/users/accounts.sh
+	@echo "== as $(TEST_USER) =="
+	$(call USER_PYTEST,$(VENV)) -m "$(MARKS.$(TF)) and not root" $(PYTEST_ARGS.$(TF))
+	@echo "== as root: the tests that make hosts or mount =="
+	$(SUDO) $(VENV)/bin/pytest -m "$(MARKS.$(TF)) and root" $(PYTEST_ARGS.$(TF))
 ifeq ($(TF),pinned)
 	@echo "== the tests that need no Horovod, on current TensorFlow ($(CURRENT_VENV)) =="
 	$(MAKE) --no-print-directory setup VENV=$(CURRENT_VENV) TF=current WITH_TORCH=0
-	$(CURRENT_VENV)/bin/pytest $(SECOND_RUN_ARGS)
+	@echo "== as $(TEST_USER) =="
+	$(call USER_PYTEST,$(CURRENT_VENV)) -m "$(MARKS.current) and not root" $(SECOND_RUN_ARGS)
+	@echo "== as root: the tests that make hosts =="
+	$(SUDO) $(CURRENT_VENV)/bin/pytest -m "$(MARKS.current) and root" $(SECOND_RUN_ARGS)
 endif
 	@echo "== the JupyterLab extension: Jest, then Galata in a real JupyterLab (Chromium) =="
 	$(MAKE) --no-print-directory test-ui

@@ -1,5 +1,5 @@
 """submit.py JSON: as the account running it, submit the job ``JSON`` describes (JobSpec's
-fields), follow it to its end, and print its outcome as one JSON line: id, state, error,
+fields, and ``detach``), follow it to its end, and print its outcome as one JSON line: id, state, error,
 warnings, each process's log, and the network namespace this program ran in."""
 
 from __future__ import annotations
@@ -11,7 +11,11 @@ import sys
 from jupyter_distrain import JobFailed, JobSpec, submit
 
 fields = json.loads(sys.argv[1])
+detach = fields.pop("detach", False)  # print the job's id and directory, and leave it running
 job = submit(JobSpec(**{"pool": False, **fields}))
+if detach:
+    print(json.dumps({"id": job.id, "dir": str(job.dir.path)}))
+    sys.exit(0)
 try:
     job.wait(timeout=fields.get("timeout", 120) + 30)
 except JobFailed:
