@@ -13,6 +13,8 @@ import sys
 import tarfile
 from pathlib import Path
 
+import pytest
+
 from jupyter_distrain.launchers.agent.host import JOBS_ROOT, OWNER
 
 
@@ -70,3 +72,36 @@ def test_unpack_removes_only_this_notebooks_dead_jobs_on_its_host(tmp_path):
 def test_an_unpack_without_leftovers_removes_nothing(tmp_path):
     dead = _host_dir(tmp_path, "dead-000001", "me")
     assert _unpack(tmp_path, None)["removed"] == [] and dead.is_dir()
+
+
+@pytest.mark.parametrize("filters", [True, False], ids=["tarfile-filters", "python-3.11.2"])
+def test_unpack_takes_files_and_folders_and_refuses_links_whatever_the_python(tmp_path, monkeypatch, filters):
+    # Debian 12's Python 3.11.2 has no extractall(filter=...): every host job failed there
+    from jupyter_distrain.launchers.agent.host import unpack
+
+    if not filters:
+        monkeypatch.delattr(tarfile, "data_filter", raising=False)
+
+    def archive(*extra: tarfile.TarInfo) -> bytes:
+        buffer = io.BytesIO()
+        with tarfile.open(fileobj=buffer, mode="w") as tar:
+            for name, data in (("train.py", b"print(1)\n"), ("checkpoints/ckpt-1/w.bin", b"\0" * 8)):
+                member = tarfile.TarInfo(name)
+                member.size, member.mode = len(data), 0o4777
+                tar.addfile(member, io.BytesIO(data))
+            for member in extra:
+                tar.addfile(member)
+        return buffer.getvalue()
+
+    job = tmp_path / "jobs" / "job-000001"
+    unpack(job, archive())
+    assert (job / "train.py").read_bytes() == b"print(1)\n"
+    assert (job / "checkpoints" / "ckpt-1" / "w.bin").stat().st_size == 8
+    assert (job / "train.py").stat().st_mode & 0o7022 == 0  # no set-id, no write for others
+    for name, kind in (("link", tarfile.SYMTYPE), ("../up", tarfile.REGTYPE), ("/abs", tarfile.REGTYPE)):
+        bad = tarfile.TarInfo(name)
+        bad.type, bad.linkname = kind, "/etc/passwd"
+        other = tmp_path / "jobs" / f"job-{kind.hex()}{len(name)}"
+        with pytest.raises(tarfile.TarError):
+            unpack(other, archive(bad))
+        assert not (other / "link").exists() and not (tmp_path / "jobs" / "up").exists()

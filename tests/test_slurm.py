@@ -145,6 +145,19 @@ def test_a_torch_ddp_job_runs_one_rank_on_each_node(cluster, jobs_root):
     assert node_dirs(job.id) == []
 
 
+def test_a_task_gets_the_jobs_environment_not_the_kernels(cluster, jobs_root, monkeypatch):
+    # srun exported the kernel's whole environment: a JupyterHub token or cloud keys
+    # reached every node and every rank (ssh and Ray send only the job's --env)
+    monkeypatch.setenv("JUPYTERHUB_API_TOKEN", "the-kernels-token")
+    code = "import os\nprint('token', os.environ.get('JUPYTERHUB_API_TOKEN'), 'setting', os.environ.get('JOB_SETTING'))\n"
+    job = api.submit(
+        JobSpec(code=code, workers=2, backend="plain", env={"JOB_SETTING": "x"}, **cluster.options(slurm_nodes=2))
+    )
+    assert job.wait(120) == "succeeded", job.status().error
+    assert [log_of(job, i).strip().splitlines()[-1] for i in (0, 1)] == ["token None setting x"] * 2
+    nothing_left(cluster)
+
+
 def test_a_parameter_server_job_runs_across_the_nodes(cluster, jobs_root):
     """The seed's program with 1 ps and 2 workers: three tasks over the two nodes."""
     job = api.submit(

@@ -60,7 +60,7 @@ import subprocess
 import sys
 import tarfile
 import time
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import IO, Any, Protocol
 
 from ... import __version__, processes
@@ -234,10 +234,29 @@ def unpack(directory: Path, data: bytes, owner: str = "") -> None:
     for name in ("logs", "checkpoints"):
         make_private_dir(directory / name)
     with tarfile.open(fileobj=io.BytesIO(data)) as tar:
-        tar.extractall(directory, filter="data")
+        extract_data(tar, directory)
     for name in COPIED:
         with contextlib.suppress(FileNotFoundError):
             (directory / name).chmod(0o600)
+
+
+def extract_data(tar: tarfile.TarFile, directory: Path) -> None:
+    """Extract ``tar`` into ``directory`` under tarfile's ``data`` filter: regular files
+    and directories inside it, no links or devices, no set-id bits. Pythons before 3.11.4
+    (Debian 12's is 3.11.2) have no extraction filters: there the same rule is applied
+    here, refusing the whole archive if one member breaks it."""
+    if hasattr(tarfile, "data_filter"):
+        tar.extractall(directory, filter="data")
+        return
+    members = []
+    for member in tar.getmembers():
+        parts = PurePosixPath(member.name).parts
+        if member.name.startswith("/") or ".." in parts or not (member.isreg() or member.isdir()):
+            raise tarfile.TarError(f"refused archive member {member.name!r}")
+        member.mode = (member.mode & 0o755) | (0o700 if member.isdir() else 0o600)
+        member.uid, member.gid, member.uname, member.gname = os.getuid(), os.getgid(), "", ""
+        members.append(member)
+    tar.extractall(directory, members=members)
 
 
 def pack(directory: Path, out: IO[bytes]) -> None:

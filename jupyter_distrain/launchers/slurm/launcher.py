@@ -73,6 +73,9 @@ from .task import ALL, FILES, REMOVE, SEND, SWEEP
 log = logging.getLogger(__name__)
 
 ROOT = ".jupyter_distrain/slurm"  # under the node's HOME: JOB/task<N> per task
+# what a task takes of the kernel's environment (about what an ssh session has): the rest
+# of it (a JUPYTERHUB_API_TOKEN, cloud keys) stays here; the job's --env travels with it
+STEP_EXPORTED = ("PATH", "HOME", "USER", "LOGNAME", "LANG", "LC_ALL", "TZ", "TMPDIR", "SLURM_CONF")
 PORTS_PER_TASK = 3  # free ports each task reports (servers the backends run on it)
 SEND_SECONDS = 60.0  # the longest a task may be silent while it sends its results back
 
@@ -280,13 +283,16 @@ class SlurmLauncher(Launcher):
             argv.append(f"--gpus-per-task={self.spec.gpus}")
         if not self.allocation.owned:
             argv.append("--overlap")  # beside the notebook's own step in its allocation
+        exported = [name for name in STEP_EXPORTED if name in os.environ]
+        argv.append("--export=" + (",".join(exported) or "NONE"))
         task = [python, "-m", "jupyter_distrain.launchers.slurm.task"]
         return [*argv, *task, f"~/{ROOT}/{self.job.id}", self.driver_address(), str(PORTS_PER_TASK)]
 
     @staticmethod
     def _step_env() -> dict[str, str]:
         """srun's environment: this one without the job variables of an enclosing
-        allocation's step (srun would take its task count and layout from them)."""
+        allocation's step (srun would take its task count and layout from them). What
+        reaches the tasks of it is --export's (:data:`STEP_EXPORTED`)."""
         keep = ("SLURM_CONF",)
         return {k: v for k, v in os.environ.items() if not k.startswith("SLURM_") or k in keep}
 
