@@ -1,7 +1,8 @@
-"""Execute a notebook headless (nbclient), write ``<name>.executed.ipynb`` beside it,
-and print the text its last code cell printed.
+"""Execute a notebook headless (nbclient), write ``<name>.executed.ipynb`` beside it
+(or in ``--out DIR``, where its kernel then also runs: a folder of your own when the
+notebooks are installed read-only), and print the text its last code cell printed.
 
-    python notebooks/run.py notebooks/01-quickstart.ipynb
+    python notebooks/run.py notebooks/01-quickstart.ipynb [--out DIR]
 """
 
 from __future__ import annotations
@@ -15,18 +16,25 @@ from nbclient import NotebookClient
 from nbclient.exceptions import CellExecutionError
 
 
-def execute(path: Path, timeout: int = 600) -> nbformat.NotebookNode:
+def executed_path(path: Path, out: Path | None = None) -> Path:
+    """Where the executed copy of notebook ``path`` is written."""
+    return (out or path.parent) / f"{path.stem}.executed.ipynb"
+
+
+def execute(path: Path, out: Path | None = None, timeout: int = 600) -> nbformat.NotebookNode:
+    """Run every cell of ``path`` in a kernel working in ``out`` (default: the
+    notebook's folder), and write the executed copy there."""
     nb = nbformat.read(path, as_version=4)
     client = NotebookClient(
         nb,
         timeout=timeout,
         kernel_name="python3",
-        resources={"metadata": {"path": str(path.parent)}},
+        resources={"metadata": {"path": str(out or path.parent)}},
     )
     try:
         client.execute()
     finally:
-        nbformat.write(nb, path.with_name(f"{path.stem}.executed.ipynb"))
+        nbformat.write(nb, executed_path(path, out))
     return nb
 
 
@@ -37,15 +45,16 @@ def cell_text(cell: nbformat.NotebookNode) -> str:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("notebook", type=Path)
+    parser.add_argument("--out", type=Path, help="folder for the executed copy and the kernel")
     args = parser.parse_args()
     try:
-        nb = execute(args.notebook)
+        nb = execute(args.notebook, args.out)
     except CellExecutionError as exc:
         print(f"{args.notebook} failed:\n{exc}", file=sys.stderr)
         return 1
     code_cells = [c for c in nb.cells if c.cell_type == "code"]
     print(cell_text(code_cells[-1]), end="")
-    print(f"executed notebook: {args.notebook.with_name(args.notebook.stem + '.executed.ipynb')}")
+    print(f"executed notebook: {executed_path(args.notebook, args.out)}")
     return 0
 
 

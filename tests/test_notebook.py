@@ -27,7 +27,7 @@ def test_quickstart_notebook_trains_digits_to_90_percent(jobs_root):
     assert len(rates) == 2 and all(r > 0 for r in rates)
     accuracy = float(re.search(r"validation accuracy: ([\d.]+)", summary).group(1))
     assert accuracy >= 0.90
-    executed = nbformat.read(NOTEBOOK.with_name("01-quickstart.executed.ipynb"), as_version=4)
+    executed = nbformat.read(_out(jobs_root) / "01-quickstart.executed.ipynb", as_version=4)
     (view,) = _widget_outputs(executed)
     # without a kernel: the final dashboard as HTML, and the widget's own saved state
     assert "succeeded" in view.data["text/html"] and view.data["text/html"].count("exited") == 2
@@ -49,19 +49,29 @@ def _widget_outputs(notebook: nbformat.NotebookNode) -> list[nbformat.NotebookNo
     ]
 
 
+def _out(jobs_root: Path) -> Path:
+    """The folder a test's notebooks run in and are written to."""
+    out = jobs_root.with_name(f"{jobs_root.name}-notebooks")
+    out.mkdir(mode=0o700, exist_ok=True)
+    return out
+
+
 def _run(name: str, jobs_root: Path, env: dict[str, str] | None = None) -> list[str]:
-    """Execute ``notebooks/<name>.ipynb`` as `make demo` does; each code cell's text
-    (its kernel's environment: this one, the job store, and ``env``)."""
+    """Execute ``notebooks/<name>.ipynb`` as `make demo` does, the executed copy and the
+    kernel in a folder of the test's (the notebooks' folder may be read-only, as for a
+    user of a shared install); each code cell's text (its kernel's environment: this
+    one, the job store, and ``env``)."""
     notebook = NOTEBOOK.with_name(f"{name}.ipynb")
+    out = _out(jobs_root)
     proc = subprocess.run(
-        [sys.executable, str(NOTEBOOK.parent / "run.py"), str(notebook)],
+        [sys.executable, str(NOTEBOOK.parent / "run.py"), str(notebook), "--out", str(out)],
         capture_output=True,
         text=True,
         timeout=900,
         env={**os.environ, "JUPYTER_DISTRAIN_ROOT": str(jobs_root), **(env or {})},
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
-    executed = nbformat.read(notebook.with_name(f"{name}.executed.ipynb"), as_version=4)
+    executed = nbformat.read(out / f"{name}.executed.ipynb", as_version=4)
     return [
         "".join(o.get("text", "") for o in cell.get("outputs", []))
         for cell in executed.cells

@@ -46,6 +46,8 @@ report = {
     "frozen": __import__("gc").get_freeze_count(),
     "autogroup": open("/proc/self/autogroup").read() if os.path.exists("/proc/self/autogroup") else "",
     "intra_op": os.environ.get("TF_NUM_INTRAOP_THREADS"),
+    "userns": os.stat("/proc/self/ns/user").st_ino,
+    "capabilities": [l.split()[1] for l in open("/proc/self/status") if l.startswith("Cap")],
 }
 if "tensorflow" in sys.modules:  # the threads TensorFlow's runtime starts at its first op
     before = len(os.listdir("/proc/self/task"))
@@ -124,6 +126,11 @@ def test_a_rerun_takes_pooled_processes_that_behave_like_fresh_workers(pool_on, 
         # first op
         assert report["intra_op"] == str(max(1, len(os.sched_getaffinity(0)) // 2))
         assert report["runtime_threads"] == _report(first, index)["runtime_threads"]
+        # in the user namespace that owns it (an ordinary account's job makes one), with
+        # no capability in it, as a cold worker after its exec
+        assert report["userns"] == _report(first, index)["userns"]
+        assert report["capabilities"] == _report(first, index)["capabilities"]
+        assert report["capabilities"][:3] == ["0" * 16] * 3  # inheritable, permitted, effective
     assert _report(second, 0)["netns"] == _report(second, 1)["netns"]
     # each ran one job and is gone; the pool refilled with new processes
     assert not any(psutil.pid_exists(pid) for pid in idle)
@@ -131,11 +138,13 @@ def test_a_rerun_takes_pooled_processes_that_behave_like_fresh_workers(pool_on, 
 
 
 def _lowered(pid: int) -> bool:
-    """Whether ``pid`` runs lowered: SCHED_IDLE (the tests run as root), and its
-    autogroup at nice 19 where the kernel has autogroups."""
+    """Whether ``pid`` runs lowered: its autogroup at nice 19 where the kernel has
+    autogroups, and SCHED_IDLE exactly where this account may undo it (root; an ordinary
+    account is lowered by its autogroup alone)."""
     autogroup = Path(f"/proc/{pid}/autogroup")
     nice = autogroup.read_text().split()[-1] if autogroup.exists() else "19"
-    return os.sched_getscheduler(pid) == os.SCHED_IDLE and nice == "19"
+    idle = os.sched_getscheduler(pid) == os.SCHED_IDLE
+    return nice == "19" and idle == priority.may_use_idle_policy()
 
 
 def test_the_pool_imports_once_and_forks_one_run_ahead_so_reruns_straight_after_are_warm(
@@ -363,7 +372,7 @@ def test_a_submitted_job_starts_the_next_ones_standby_lowered_until_it_is_follow
 ):
     """The standby is started with the job, importing on the CPU time it leaves, and is
     put back to normal when the job's follow ends, or when it is handed a job at once."""
-    assert priority.may_use_idle_policy()  # root here: SCHED_IDLE can be undone
+    assert priority.can_lower()  # an autogroup here; as root, SCHED_IDLE too
     wait = "import time; time.sleep(3); " + SEEN
     first = submit(JobSpec(code=wait, workers=2, backend="plain"))
     ready = standby.standby_pid()
@@ -541,12 +550,14 @@ def test_a_claim_that_cannot_enter_the_jobs_namespace_turns_the_pool_off(jobs_ro
             "log": str(jobs_root / "claim.log"),
             "cwd": str(jobs_root),
         }
-        # a namespace it cannot join, as a non-root process cannot join a job's
+        # a namespace it cannot join
         not_a_network = os.open("/proc/self/ns/uts", os.O_RDONLY)
+        users = os.open("/proc/self/ns/user", os.O_RDONLY)
         with wire.connect(socket_path, 15) as connection:
-            wire.send(connection, request, [not_a_network])
+            wire.send(connection, request, [not_a_network, users])
             answer, _ = wire.receive(connection)
         os.close(not_a_network)
+        os.close(users)
         assert "cannot join the job's network namespace" in answer["empty"]
         # not kept for the next claim to fail the same way: off, once, and the keeper ends
         assert keeper.wait(30) == 0
@@ -558,6 +569,7 @@ def test_a_claim_that_cannot_enter_the_jobs_namespace_turns_the_pool_off(jobs_ro
     assert LocalLauncher.choose_pool(spec, {"JUPYTER_DISTRAIN_POOL": "1"}).pool_socket == ""
 
 
+@pytest.mark.root  # edits the installed package, as only its owner (an admin) can
 def test_a_pool_that_ran_other_code_is_not_used_and_is_drained(pool_on):
     _run(LIGHT_PROBE, LIGHT)
     stale = _ready_pool()

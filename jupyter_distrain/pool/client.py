@@ -198,7 +198,7 @@ def claim(
     handoff: int | None = None,
 ) -> PooledProcess | None:
     """Ask the pool for a process to run ``request`` (argv, env, cwd, log, cpus, job,
-    run), handing over this process's network namespace (and ``output``, a descriptor
+    run), handing over this process's network and user namespaces (and ``output``, a descriptor
     its output goes to instead of a ``log`` file; ``handoff``, the memory file its
     secret and pushed values are in: ``contract/handoff.py``); None (and why, logged)
     if none."""
@@ -208,9 +208,10 @@ def claim(
         log.info("no pool at %s: %s", socket_path, exc)
         return None
     netns = os.open("/proc/self/ns/net", os.O_RDONLY)
+    userns = os.open("/proc/self/ns/user", os.O_RDONLY)
     try:
         connection.settimeout(CLAIM_SECONDS)
-        fds = [netns, *(fd for fd in (output, handoff) if fd is not None)]
+        fds = [netns, userns, *(fd for fd in (output, handoff) if fd is not None)]
         flags = {"output": output is not None, "handoff": handoff is not None}
         wire.send(connection, {"op": "claim", **request, **flags}, fds)
         answer, _ = wire.receive(connection)
@@ -226,6 +227,7 @@ def claim(
         return None
     finally:
         os.close(netns)
+        os.close(userns)
 
 
 def announce(socket_path: str, job: str) -> socket.socket | None:

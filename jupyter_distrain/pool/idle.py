@@ -40,6 +40,8 @@ from . import wire
 from .kinds import PREIMPORTS
 
 CLONE_NEWNET = 0x40000000
+CLONE_NEWUSER = 0x10000000
+_CAPABILITY_VERSION_3 = 0x20080522
 THREADS_END_SECONDS = 2.0  # how long stopped threads may take to be gone
 SETTLE_SECONDS = 5.0  # how long a forked process may wait for the keeper to adopt it
 
@@ -95,13 +97,38 @@ class CannotEnter(OSError):
     """The job's namespace cannot be entered: as it would be at every claim."""
 
 
-def enter_network(fd: int) -> None:
-    """Join the job's network namespace (the supervisor's), unless already in it; every
-    thread must end up in it."""
-    job = os.fstat(fd).st_ino
-    if job != os.stat("/proc/self/ns/net").st_ino and _libc().setns(fd, CLONE_NEWNET) != 0:
+def _setns(fd: int, kind: int, what: str) -> None:
+    if _libc().setns(fd, kind) != 0:
         errno = ctypes.get_errno()
-        raise CannotEnter(errno, f"cannot join the job's network namespace: {os.strerror(errno)}")
+        raise CannotEnter(errno, f"cannot join the job's {what} namespace: {os.strerror(errno)}")
+
+
+def drop_capabilities() -> None:
+    """Give up every capability: entering a user namespace grants them all in it, and a
+    pooled process runs the job's code without the ``exec`` that clears them for a
+    cold worker."""
+    header = (ctypes.c_uint32 * 2)(_CAPABILITY_VERSION_3, 0)
+    data = (ctypes.c_uint32 * 6)()  # effective, permitted, inheritable: two words each
+    if _libc().capset(header, data) != 0:
+        errno = ctypes.get_errno()
+        raise CannotEnter(errno, f"cannot drop capabilities: {os.strerror(errno)}")
+
+
+def enter_network(netns: int, userns: int) -> None:
+    """Join the job's network namespace (the supervisor's), unless already in it, and
+    first the user namespace that owns it (``userns``: an ordinary account's job makes
+    one; joining its network namespace needs rights in it); every thread must end up
+    in the network namespace, with no capability."""
+    job = os.fstat(netns).st_ino
+    if os.fstat(userns).st_ino != os.stat("/proc/self/ns/user").st_ino:
+        _setns(userns, CLONE_NEWUSER, "user")  # the kernel wants one thread here
+        entered_user = True
+    else:
+        entered_user = False
+    if job != os.stat("/proc/self/ns/net").st_ino:
+        _setns(netns, CLONE_NEWNET, "network")
+    if entered_user:
+        drop_capabilities()
     outside = [t for t in other_threads() if os.stat(f"/proc/self/task/{t}/ns/net").st_ino != job]
     if outside:
         raise CannotEnter(f"threads {outside} are outside the job's network namespace")
@@ -109,10 +136,10 @@ def enter_network(fd: int) -> None:
 
 def become(claim: dict[str, Any], fds: list[int], imported_env: dict[str, str]) -> None:
     """Take on the job's identity: output (the next descriptor if the claim sends one,
-    else its ``log`` file), network (``fds[0]``), what it is handed in memory (the last
-    descriptor, if the claim sends one), environment (with what the imports set,
-    ``imported_env``), directory, CPUs."""
-    netns, *rest = fds
+    else its ``log`` file), network (``fds[0]``, in the user namespace ``fds[1]``), what
+    it is handed in memory (the last descriptor, if the claim sends one), environment
+    (with what the imports set, ``imported_env``), directory, CPUs."""
+    netns, userns, *rest = fds
     handed = {}
     if claim.get("handoff") and rest:
         handed = {Env.HANDOFF_FD: str(rest.pop())}  # read and closed by the worker
@@ -125,7 +152,7 @@ def become(claim: dict[str, Any], fds: list[int], imported_env: dict[str, str]) 
     os.dup2(output, 1)
     os.dup2(output, 2)
     try:
-        enter_network(netns)
+        enter_network(netns, userns)
     finally:
         for fd in {output, *fds} - {int(v) for v in handed.values()}:
             os.close(fd)

@@ -23,13 +23,19 @@ Where neither applies, nothing is lowered and the pool refills when a job ends.
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import resource
+import time
 from pathlib import Path
 
 _NORMAL = os.sched_param(0)
 AUTOGROUP_SWITCH = Path("/proc/sys/kernel/sched_autogroup_enabled")
 LOWEST_NICE = 19
+AUTOGROUP_RATE_SECONDS = 0.1  # the kernel's limit on autogroup changes without CAP_SYS_ADMIN
+AUTOGROUP_RETRY_SECONDS = 2.0
+
+log = logging.getLogger(__name__)
 
 
 def may_use_idle_policy() -> bool:
@@ -54,8 +60,23 @@ def can_lower() -> bool:
 
 
 def _set_autogroup_nice(pid: int | str, nice: int) -> None:
-    with contextlib.suppress(OSError):
-        Path(f"/proc/{pid}/autogroup").write_text(str(nice))
+    """Set ``pid``'s autogroup nice. Without ``CAP_SYS_ADMIN`` the kernel takes one such
+    change per machine every 100 ms and answers EAGAIN in between: an ordinary account's
+    second change within that time (a restore right after a lower) is tried again."""
+    deadline = time.monotonic() + AUTOGROUP_RETRY_SECONDS
+    while True:
+        try:
+            Path(f"/proc/{pid}/autogroup").write_text(str(nice))
+            return
+        except BlockingIOError:
+            if time.monotonic() >= deadline:
+                log.warning(
+                    "autogroup nice of %s not set to %d: the kernel kept refusing", pid, nice
+                )
+                return
+            time.sleep(AUTOGROUP_RATE_SECONDS)
+        except OSError:
+            return
 
 
 def lower(pid: int = 0) -> None:

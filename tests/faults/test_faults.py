@@ -314,6 +314,7 @@ def _slow_python() -> str:
     return str(path)
 
 
+@pytest.mark.root  # mounts a small tmpfs
 def test_a_full_disk_stops_the_job_and_says_so(tmp_path, monkeypatch, report):
     mount = tmp_path / "small"
     mount.mkdir(mode=0o700)
