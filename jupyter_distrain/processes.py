@@ -9,7 +9,8 @@
   :func:`replace_environment` (the C library's, which ``os.environ`` alone misses);
 - the kernel's process bonds, through ``prctl`` (here only): :func:`become_subreaper`
   (orphans below us become our children) and :func:`die_with_parent` /
-  :func:`outlive_parent` (the parent-death signal).
+  :func:`outlive_parent` (the parent-death signal);
+- :func:`raise_open_files_limit`.
 
 Light to import (the host agent imports it on remote hosts): the standard library and
 psutil only.
@@ -20,6 +21,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import os
+import resource
 import signal
 import sys
 
@@ -48,6 +50,18 @@ def die_with_parent() -> None:
 def outlive_parent() -> None:
     """Undo :func:`die_with_parent`: this process now outlives its parent."""
     _prctl(_PR_SET_PDEATHSIG, 0)
+
+
+def raise_open_files_limit() -> int:
+    """Raise this process's soft limit of open files to its hard limit (1024 is the
+    usual soft one, against 20000 to a million hard): a server any host can connect to
+    holds a descriptor for each connection until it is dropped, and the supervisor's
+    must outlast a peer that opens them faster than that. Returns the new soft limit."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard != soft:
+        with contextlib.suppress(ValueError, OSError):
+            resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+    return resource.getrlimit(resource.RLIMIT_NOFILE)[0]
 
 
 def inherited_environment() -> dict[str, str]:

@@ -7,6 +7,7 @@ import contextlib
 import os
 import socket
 import subprocess
+import sys
 from collections.abc import Iterator
 
 PROBE = (
@@ -93,3 +94,49 @@ def interfaces_of(pid: int) -> list[str]:
     """The network interfaces process ``pid`` sees (from ``/proc/<pid>/net/dev``)."""
     with open(f"/proc/{pid}/net/dev") as f:
         return sorted(line.split(":")[0].strip() for line in f.readlines()[2:])
+
+
+FLOOD = """\
+import resource, socket, sys, time
+host, port, count, seconds = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), float(sys.argv[4])
+resource.setrlimit(resource.RLIMIT_NOFILE, (resource.getrlimit(resource.RLIMIT_NOFILE)[1],) * 2)
+def closed(sock):
+    try:
+        return sock.recv(1, socket.MSG_DONTWAIT | socket.MSG_PEEK) == b""
+    except BlockingIOError:
+        return False
+    except OSError:
+        return True
+held, opened, until = [], 0, time.monotonic() + seconds
+while time.monotonic() < until:
+    for sock in [s for s in held if closed(s)]:
+        held.remove(sock)  # dropped by the server: connect again
+        sock.close()
+    while len(held) < count and time.monotonic() < until:
+        try:
+            held.append(socket.create_connection((host, port), timeout=2))
+            opened += 1
+        except OSError:
+            break
+    time.sleep(0.2)
+print("opened", opened, flush=True)
+"""
+
+
+@contextlib.contextmanager
+def flooding(address: str, count: int, seconds: float, processes: int = 4) -> Iterator[list[int]]:
+    """While the block runs (and at least ``seconds``), hold ``count`` TCP connections to
+    ``address`` (``tcp://host:port``) that never say a word, each one the server drops
+    made again, from ``processes`` processes at once (one alone is slowed by the listen
+    backlog): a co-tenant driving a server out of file descriptors. The yielded list
+    gets how many were opened in all."""
+    host, port = address.removeprefix("tcp://").removeprefix("tcp:").rsplit(":", 1)
+    each = str(-(-count // processes))
+    argv = [sys.executable, "-c", FLOOD, host, port, each, str(seconds)]
+    floods = [subprocess.Popen(argv, stdout=subprocess.PIPE, text=True) for _ in range(processes)]
+    opened: list[int] = []
+    try:
+        yield opened
+    finally:
+        outs = [proc.communicate(timeout=seconds + 60)[0] for proc in floods]
+    opened.append(sum(int(out.split()[-1]) for out in outs))

@@ -75,7 +75,9 @@ def test_an_unpack_without_leftovers_removes_nothing(tmp_path):
 
 
 @pytest.mark.parametrize("filters", [True, False], ids=["tarfile-filters", "python-3.11.2"])
-def test_unpack_takes_files_and_folders_and_refuses_links_whatever_the_python(tmp_path, monkeypatch, filters):
+def test_unpack_takes_files_and_folders_and_refuses_links_whatever_the_python(
+    tmp_path, monkeypatch, filters
+):
     # Debian 12's Python 3.11.2 has no extractall(filter=...): every host job failed there
     from jupyter_distrain.launchers.agent.host import unpack
 
@@ -85,7 +87,10 @@ def test_unpack_takes_files_and_folders_and_refuses_links_whatever_the_python(tm
     def archive(*extra: tarfile.TarInfo) -> bytes:
         buffer = io.BytesIO()
         with tarfile.open(fileobj=buffer, mode="w") as tar:
-            for name, data in (("train.py", b"print(1)\n"), ("checkpoints/ckpt-1/w.bin", b"\0" * 8)):
+            for name, data in (
+                ("train.py", b"print(1)\n"),
+                ("checkpoints/ckpt-1/w.bin", b"\0" * 8),
+            ):
                 member = tarfile.TarInfo(name)
                 member.size, member.mode = len(data), 0o4777
                 tar.addfile(member, io.BytesIO(data))
@@ -98,7 +103,11 @@ def test_unpack_takes_files_and_folders_and_refuses_links_whatever_the_python(tm
     assert (job / "train.py").read_bytes() == b"print(1)\n"
     assert (job / "checkpoints" / "ckpt-1" / "w.bin").stat().st_size == 8
     assert (job / "train.py").stat().st_mode & 0o7022 == 0  # no set-id, no write for others
-    for name, kind in (("link", tarfile.SYMTYPE), ("../up", tarfile.REGTYPE), ("/abs", tarfile.REGTYPE)):
+    for name, kind in (
+        ("link", tarfile.SYMTYPE),
+        ("../up", tarfile.REGTYPE),
+        ("/abs", tarfile.REGTYPE),
+    ):
         bad = tarfile.TarInfo(name)
         bad.type, bad.linkname = kind, "/etc/passwd"
         other = tmp_path / "jobs" / f"job-{kind.hex()}{len(name)}"

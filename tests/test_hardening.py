@@ -235,7 +235,10 @@ def test_one_damaged_spec_file_breaks_no_listing(jobs_root):
         bad.spec_file.write_text(text)
     listed = subprocess.run(
         [sys.executable, "-m", "jupyter_distrain.cli", "list"],
-        capture_output=True, text=True, timeout=60, env={**os.environ, "JUPYTER_DISTRAIN_ROOT": str(jobs_root)},
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "JUPYTER_DISTRAIN_ROOT": str(jobs_root)},
     )
     assert listed.returncode == 0, listed.stderr
     lines = listed.stdout.splitlines()

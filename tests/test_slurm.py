@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import re
+import resource
 import shutil
 import signal
 import time
@@ -18,6 +19,7 @@ from pathlib import Path
 import psutil
 import pytest
 from conftest import wait_for
+from netprobe import flooding
 from slurmcluster import CONTROLLER_ADDRESS, SlurmCluster, slurm_cluster
 from test_ray import (
     COUNTING,
@@ -33,6 +35,7 @@ from test_torch import SAID as DDP_SAID
 
 from jupyter_distrain.client import api
 from jupyter_distrain.client.job import Job, JobFailed
+from jupyter_distrain.contract import control
 from jupyter_distrain.contract.process import ProcessId
 from jupyter_distrain.contract.spec import JobSpec, SpecError
 from jupyter_distrain.contract.store import JobDir, list_job_dirs
@@ -43,20 +46,26 @@ pytestmark = pytest.mark.root  # the hosts are network namespaces
 NODES = {"jdsn1": "10.234.0.11", "jdsn2": "10.234.0.12"}
 
 
+# The nodes' job directories from before this module's cluster started (an earlier run
+# on this machine, interrupted, left them): not this run's to answer for
+EARLIER_DIRS: set[Path] = set()
+
+
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory):
+    EARLIER_DIRS.update(Path.home().glob(".jupyter_distrain/slurm/*"))
     with slurm_cluster(tmp_path_factory.mktemp("slurm")) as made:
         yield made
 
 
 def nothing_left(cluster: SlurmCluster, seconds: float = 15, dirs: bool = True) -> None:
     """Slurm's queue is empty, neither node runs anything but slurmd and (``dirs``) no job
-    has a directory left on them (within ``seconds``)."""
+    of this run has a directory left on them (within ``seconds``)."""
 
     def left() -> list[str]:
         procs = [f"{n.name}: {p.name()} {p.pid}" for n in cluster.nodes for p in n.job_processes()]
-        found = Path.home().glob(".jupyter_distrain/slurm/*") if dirs else []
-        return cluster.queue() + procs + [str(d) for d in found]
+        found = set(Path.home().glob(".jupyter_distrain/slurm/*")) - EARLIER_DIRS if dirs else ()
+        return cluster.queue() + procs + sorted(str(d) for d in found)
 
     deadline = time.monotonic() + seconds
     while left() and time.monotonic() < deadline:
@@ -151,10 +160,65 @@ def test_a_task_gets_the_jobs_environment_not_the_kernels(cluster, jobs_root, mo
     monkeypatch.setenv("JUPYTERHUB_API_TOKEN", "the-kernels-token")
     code = "import os\nprint('token', os.environ.get('JUPYTERHUB_API_TOKEN'), 'setting', os.environ.get('JOB_SETTING'))\n"
     job = api.submit(
-        JobSpec(code=code, workers=2, backend="plain", env={"JOB_SETTING": "x"}, **cluster.options(slurm_nodes=2))
+        JobSpec(
+            code=code,
+            workers=2,
+            backend="plain",
+            env={"JOB_SETTING": "x"},
+            **cluster.options(slurm_nodes=2),
+        )
     )
     assert job.wait(120) == "succeeded", job.status().error
     assert [log_of(job, i).strip().splitlines()[-1] for i in (0, 1)] == ["token None setting x"] * 2
+    nothing_left(cluster)
+
+
+def _open_files(pid: int) -> int:
+    return len(os.listdir(f"/proc/{pid}/fd"))
+
+
+@pytest.fixture
+def few_open_files():
+    """This process (and so the job's supervisor it starts) at the usual soft limit of
+    1024 open files, the hard limit kept; yields the hard limit."""
+    before = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (1024, before[1]))
+    yield before[1]
+    resource.setrlimit(resource.RLIMIT_NOFILE, before)
+
+
+def test_unauthenticated_connections_cannot_run_the_supervisor_out_of_files(
+    cluster, jobs_root, few_open_files
+):
+    """Connections that never authenticate, held to the channels' TCP endpoints (open to
+    the nodes' network) against a supervisor started at a soft limit of 1024: it raised
+    its own limit, so the metrics channel holds 1100 and more while the kernel's requests
+    are answered; the control channel drops them for newer ones (its listen backlog lets
+    fewer in); the job goes on and ends as it would."""
+    ticking = (
+        "import time\nfor i in range(30):\n    print('step', i, flush=True)\n    time.sleep(1)\n"
+    )
+    job = api.submit(
+        JobSpec(code=ticking, workers=2, backend="plain", **cluster.options(slurm_nodes=2))
+    )
+    wait_for(
+        lambda: all("step 2" in log_of(job, i) for i in (0, 1)), 120, what="both ranks running"
+    )
+    info = job.dir.read_control()
+    assert psutil.Process(info.pid).rlimit(psutil.RLIMIT_NOFILE)[0] == few_open_files
+    with flooding(info.metrics, 2000, 8) as opened:
+        wait_for(lambda: _open_files(info.pid) > 1100, 30, what="1100 connections held")
+        # the kernel's requests still reach the supervisor
+        assert control.request(info.address, info.secret, {"op": "status"})["ok"]
+    assert opened[0] >= 1100
+    # from the kernel's own address: it held every slot that address could take
+    with flooding(info.address, 200, 4) as opened:  # each taken, then dropped for a newer
+        time.sleep(2)
+        assert control.request(info.address, info.secret, {"op": "status"})["ok"]
+    assert opened[0] > control.MAX_CONNECTIONS
+    assert job.wait(60) == "succeeded", job.status().error
+    assert all("step 29" in log_of(job, i) for i in (0, 1))
+    assert "Too many open files" not in job.dir.supervisor_log.read_text()
     nothing_left(cluster)
 
 

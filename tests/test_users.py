@@ -27,8 +27,10 @@ print("sum", t.item(), "world", dist.get_world_size(), "netns", os.stat("/proc/s
 def submit_as(user: str, no_namespaces: bool = False, **fields) -> dict:
     fields = {"code": ALLREDUCE, "workers": 2, "backend": "torch", "timeout": 60, **fields}
     done = run_as(
-        user, [sys.executable, "-m", "submit", json.dumps(fields)],
-        no_namespaces=no_namespaces, cwd=str(USERS),
+        user,
+        [sys.executable, "-m", "submit", json.dumps(fields)],
+        no_namespaces=no_namespaces,
+        cwd=str(USERS),
     )
     assert done.returncode == 0, done.stderr[-3000:]
     return json.loads(done.stdout.strip().splitlines()[-1])
@@ -46,7 +48,12 @@ def test_an_ordinary_users_job_runs_in_a_private_network_with_loopback_up():
     assert outcome["state"] == "succeeded", outcome["error"]
     assert outcome["warnings"] == []
     assert _sums(outcome) == [("3.0", "2")] * 2
-    netns = {line.split()[-1] for log in outcome["logs"].values() for line in log.splitlines() if line.startswith("sum")}
+    netns = {
+        line.split()[-1]
+        for log in outcome["logs"].values()
+        for line in log.splitlines()
+        if line.startswith("sum")
+    }
     assert len(netns) == 1 and netns != {str(outcome["netns"])}  # one namespace, not the host's
 
 
@@ -69,7 +76,9 @@ def test_where_namespaces_are_refused_a_horovod_elastic_job_is_refused_with_one_
     )
     outcome = submit_as(ALICE, no_namespaces=True, code=elastic, backend="horovod")
     assert outcome["state"] == "failed"
-    assert outcome["error"].startswith("not started: no private network namespace"), outcome["error"]
+    assert outcome["error"].startswith("not started: no private network namespace"), outcome[
+        "error"
+    ]
     assert "\n" not in outcome["error"] and outcome["logs"] == {}
 
 
@@ -92,22 +101,40 @@ def test_a_neighbour_can_neither_see_nor_touch_a_running_job(no_namespaces):
     from jupyter_distrain.contract.control import ControlInfo
 
     started = run_as(
-        ALICE, [sys.executable, "-m", "submit", json.dumps({"code": TRAINING, "workers": 2, "backend": "torch", "detach": True})],
-        no_namespaces=no_namespaces, cwd=str(USERS),
+        ALICE,
+        [
+            sys.executable,
+            "-m",
+            "submit",
+            json.dumps({"code": TRAINING, "workers": 2, "backend": "torch", "detach": True}),
+        ],
+        no_namespaces=no_namespaces,
+        cwd=str(USERS),
     )
     assert started.returncode == 0, started.stderr[-3000:]
     job = json.loads(started.stdout.strip().splitlines()[-1])
     job_dir = Path(job["dir"])
     try:
-        wait_for(lambda: all("ready" in p.read_text() for p in (job_dir / "logs").glob("worker-*.log"))
-                 and len(list((job_dir / "logs").glob("worker-*.log"))) == 2, 60, what="both ranks up")
+        wait_for(
+            lambda: (
+                all("ready" in p.read_text() for p in (job_dir / "logs").glob("worker-*.log"))
+                and len(list((job_dir / "logs").glob("worker-*.log"))) == 2
+            ),
+            60,
+            what="both ranks up",
+        )
         control = ControlInfo(**json.loads((job_dir / "control").read_text()))
         pids = json.loads((job_dir / "state.json").read_text())["processes"]
         ports = sorted({port for p in pids for _, port in listening_sockets(p["pid"])})
         assert ports  # the TCPStore, Gloo's pairs
         cli = [sys.executable, "-m", "jupyter_distrain.cli"]
         assert run_as(BOB, [*cli, "list"]).stdout.strip() == "no jobs"
-        for command in (["status", job["id"]], ["stop", job["id"]], ["scale", job["id"], "3"], ["logs", job["id"]]):
+        for command in (
+            ["status", job["id"]],
+            ["stop", job["id"]],
+            ["scale", job["id"], "3"],
+            ["logs", job["id"]],
+        ):
             said = run_as(BOB, [*cli, *command])
             assert said.returncode != 0 and "no job" in said.stdout + said.stderr, said
         probe = (
@@ -123,7 +150,17 @@ def test_a_neighbour_can_neither_see_nor_touch_a_running_job(no_namespaces):
             "    except OSError as e:\n        out[port] = type(e).__name__\n"
             "print(json.dumps(out))\n"
         )
-        probed = run_as(BOB, [sys.executable, "-c", probe, job["dir"], control.address.removeprefix("unix:"), json.dumps(ports)])
+        probed = run_as(
+            BOB,
+            [
+                sys.executable,
+                "-c",
+                probe,
+                job["dir"],
+                control.address.removeprefix("unix:"),
+                json.dumps(ports),
+            ],
+        )
         seen = json.loads(probed.stdout)
         assert seen.pop("read") == "PermissionError" and seen.pop("control") == "PermissionError"
         reached = [port for port, how in seen.items() if how is True]

@@ -30,7 +30,9 @@ def as_user(user: str, argv: list[str], no_namespaces: bool = False) -> list[str
     return argv
 
 
-def run_as(user: str, argv: list[str], timeout: float = 180, **kwargs) -> subprocess.CompletedProcess:
+def run_as(
+    user: str, argv: list[str], timeout: float = 180, **kwargs
+) -> subprocess.CompletedProcess:
     """Run ``argv`` as ``user`` (see :func:`as_user`); its output as text."""
     no_namespaces = kwargs.pop("no_namespaces", False)
     return subprocess.run(

@@ -7,8 +7,11 @@ the job's secret (Jupyter signs its own messages the same way). The server
 answers a request only when the signature is right, ``time`` is within
 ``FRESH_SECONDS`` of its clock and the nonce was not seen before; anything else
 is refused with one short error and counted. Lines are bounded, reads time out
-and the number of connections served at once is capped, so a local user without
-the secret cannot hold the supervisor up. The reply is one JSON line.
+and the number of connections served at once is capped; at the cap a new connection
+takes the slot of the oldest one that has not yet sent a signed request (from its own
+address if that one holds ``MAX_CONNECTIONS_PER_PEER``, else from the address holding
+most), so peers without the secret, from however many addresses, cannot keep the
+job's own processes out. The reply is one JSON line.
 
 Where the channel is, and its secret, are in the job directory's control file
 (:class:`ControlInfo`); the requests themselves are built in :mod:`.process`.
@@ -17,7 +20,9 @@ Where the channel is, and its secret, are in the job directory's control file
 from __future__ import annotations
 
 import collections
+import contextlib
 import dataclasses
+import functools
 import hashlib
 import hmac
 import json
@@ -44,7 +49,9 @@ Handler = Callable[[dict[str, Any]], dict[str, Any]]
 MAX_LINE_BYTES = 64 * 1024
 READ_TIMEOUT_SECONDS = 10.0  # for a whole request line, however slowly it comes
 MAX_CONNECTIONS = 32
-MAX_CONNECTIONS_PER_PEER = 8  # over TCP, one address may not take every slot
+MAX_CONNECTIONS_PER_PEER = (
+    8  # over TCP: past this, an address's new connection takes its own oldest's slot
+)
 NO_REPLY = "no reply"  # what request() answers for a connection closed unanswered
 STALE = "stale request"  # signed right, by a clock more than FRESH_SECONDS off the server's
 _offsets: dict[str, float] = {}  # address -> its server's clock minus ours, once learnt
@@ -160,7 +167,8 @@ class ControlServer:
     def __init__(self, secret: str, handler: Handler, address: str):
         self.secret = secret
         self.rejected = 0  # bad signatures, stale or replayed requests, oversized lines
-        self.refused = 0  # connections over MAX_CONNECTIONS
+        self.refused = 0  # connections over MAX_CONNECTIONS while every slot held a signed request
+        self.dropped = 0  # connections without a signed request yet, dropped for a newer one
         self.replays = ReplayGuard()
         family, bind_to = parse_address(address)
         self._server = _make_server(self, family, bind_to, handler)
@@ -186,8 +194,11 @@ class ControlServer:
             except OSError:
                 pass
 
-    def answer(self, line: bytes, handler: Handler) -> dict[str, Any]:
-        """The reply to one request line."""
+    def answer(
+        self, line: bytes, handler: Handler, verified: Callable[[], None] = lambda: None
+    ) -> dict[str, Any]:
+        """The reply to one request line (``verified`` is called once its signature,
+        time and nonce are found right)."""
         checked = _checked(self.secret, line)
         if checked is None and _checked(self.secret, line, any_time=True) is not None:
             # signed with the secret, but by a clock far from ours: say our time, so
@@ -198,11 +209,20 @@ class ControlServer:
             self.rejected += 1
             return {"ok": False, "error": "bad signature"}
         body = checked[0]
+        verified()
         try:
             return {"ok": True, **handler(body)}
         except Exception as exc:  # report, keep serving
             log.warning("control request %s failed: %s", body.get("op"), exc)
             return {"ok": False, "error": str(exc)}
+
+
+@dataclass
+class _Held:
+    """A connection the control server serves."""
+
+    peer: str
+    signed: bool = False
 
 
 def _make_server(
@@ -221,7 +241,8 @@ def _make_server(
                     outer.rejected += 1
                     self.reply({"ok": False, "error": "request too long"})
                     return
-                if not self.reply(outer.answer(line, handler)):
+                mark = functools.partial(self.server.verified, self.request)
+                if not self.reply(outer.answer(line, handler, mark)):
                     return
 
         def reply(self, body: dict[str, Any]) -> bool:
@@ -236,39 +257,54 @@ def _make_server(
     class Server(socketserver.ThreadingMixIn, base):  # type: ignore[valid-type,misc]
         daemon_threads = True
         allow_reuse_address = True
-        slots = threading.BoundedSemaphore(MAX_CONNECTIONS)
-        peers: collections.Counter[str] = collections.Counter()  # TCP: connections per address
-        peers_lock = threading.Lock()
+        # every connection served, oldest first: its address ("" over a Unix socket), and
+        # whether it has sent a signed request
+        held: dict[Any, _Held] = {}
+        held_lock = threading.Lock()
 
         def handle_error(self, request: Any, client_address: Any) -> None:
             log.debug("control connection failed", exc_info=True)  # no traceback per request
 
         def process_request(self, request: Any, client_address: Any) -> None:
             peer = client_address[0] if isinstance(client_address, tuple) else ""
-            with self.peers_lock:
-                crowded = bool(peer) and self.peers[peer] >= MAX_CONNECTIONS_PER_PEER
-                if not crowded:
-                    self.peers[peer] += 1
-            if crowded or not self.slots.acquire(blocking=False):
-                if not crowded:
-                    self._forget(peer)
-                outer.refused += 1
-                self.shutdown_request(request)
-                return
+            with self.held_lock:
+                victim = self._victim(peer)
+                if victim is None and len(self.held) >= MAX_CONNECTIONS:
+                    outer.refused += 1
+                    self.shutdown_request(request)
+                    return
+                if victim is not None:
+                    del self.held[victim]  # its slot is the new connection's
+                    outer.dropped += 1
+                    with contextlib.suppress(OSError):
+                        victim.shutdown(socket.SHUT_RDWR)  # its thread ends at its next read
+                self.held[request] = _Held(peer)
             super().process_request(request, client_address)
+
+        def _victim(self, peer: str) -> Any:
+            """The connection whose slot a new one from ``peer`` takes: None while there
+            is room (or nothing unsigned to drop)."""
+            mine = [r for r, h in self.held.items() if h.peer == peer]
+            if peer and len(mine) >= MAX_CONNECTIONS_PER_PEER:
+                candidates = mine
+            elif len(self.held) >= MAX_CONNECTIONS:
+                counts = collections.Counter(h.peer for h in self.held.values() if not h.signed)
+                candidates = [r for r, h in self.held.items() if h.peer == max(counts, default="")]
+            else:
+                return None
+            return next((r for r in candidates if not self.held[r].signed), None)
+
+        def verified(self, request: Any) -> None:
+            with self.held_lock:
+                if request in self.held:
+                    self.held[request].signed = True
 
         def process_request_thread(self, request: Any, client_address: Any) -> None:
             try:
                 super().process_request_thread(request, client_address)
             finally:
-                self.slots.release()
-                self._forget(client_address[0] if isinstance(client_address, tuple) else "")
-
-        def _forget(self, peer: str) -> None:
-            with self.peers_lock:
-                self.peers[peer] -= 1
-                if self.peers[peer] <= 0:
-                    del self.peers[peer]
+                with self.held_lock:
+                    self.held.pop(request, None)
 
     return Server(address, RequestHandler)
 

@@ -64,6 +64,7 @@ def supervise(job: JobDir) -> None:
     log.info("supervisor for %s on %s, pid %d", job.id, socket.gethostname(), os.getpid())
     spec = job.read_spec()
     job.keep_reserve()
+    processes.raise_open_files_limit()  # before the channels listen
     launcher = load_plugin(LAUNCHERS, spec.launcher)
     try:
         warning = launcher.isolate_job(spec)

@@ -37,7 +37,9 @@ def refuse_namespaces() -> None:
     for flag in range(17, 31):
         bit = 1 << flag
         if NAMESPACE_FLAGS & bit:
-            rules.add_rule(seccomp.ERRNO(errno.EPERM), "clone", seccomp.Arg(0, seccomp.MASKED_EQ, bit, bit))
+            rules.add_rule(
+                seccomp.ERRNO(errno.EPERM), "clone", seccomp.Arg(0, seccomp.MASKED_EQ, bit, bit)
+            )
     rules.load()
 
 
