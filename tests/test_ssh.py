@@ -5,6 +5,7 @@ refused before anything starts, and faults on one host leaving nothing running a
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import os
 import re
@@ -670,6 +671,45 @@ def test_a_rerun_takes_warm_processes_from_each_hosts_own_pool(
     sshd = {h.sshd.pid for h in cluster.hosts}
     for host in cluster.hosts:
         assert wait_for(lambda h=host: set(namespace_pids(h.name)) <= sshd, 20, what="pools")
+
+
+def test_clearing_the_kept_connections_leaves_a_running_jobs_ranks_alone(
+    cluster, jobs_root, capsys
+):
+    """``%distributed pool --clear`` while a job runs through the kept connections (this
+    kernel's or another's): they take no new session, the next job opens its own, and
+    the running job's ranks go on until it is stopped; then the old connections end."""
+    from jupyter_distrain.launchers.ssh.kept import kept_masters
+
+    print_pools(True)
+    spec = JobSpec(code=LOOP, workers=2, backend="plain", **cluster.options())
+    running = api.submit(spec)
+
+    def steps() -> int:
+        try:
+            return running.logs(ProcessId("worker", 1)).count("step")
+        except KeyError:  # no log yet
+            return 0
+
+    try:
+        wait_for(lambda: steps() or running.done, 60, what="steps")
+        masters = {m.host: m.pid for m in kept_masters()}
+        assert len(masters) == 2, masters
+        print_pools(True)
+        assert "ends with that job" in capsys.readouterr().out
+        assert kept_masters() == []  # no new session goes through them
+        before = steps()
+        time.sleep(2)
+        assert not running.done and steps() > before + 3
+        assert not any(ended(pid) for pid in masters.values())  # still carrying the job
+        beside = api.submit(dataclasses.replace(spec, code="print('beside')"))
+        assert beside.wait(60) == "succeeded", beside.status().error
+        assert not set(masters.values()) & {m.pid for m in kept_masters()}
+        assert not running.done
+    finally:
+        running.stop()
+    assert wait_for(lambda: all(map(ended, masters.values())), 15, what="the old connections")
+    print_pools(True)
 
 
 def test_a_rerun_reuses_each_hosts_kept_connection_and_checks_nothing_again(

@@ -54,7 +54,9 @@ def add_commands(sub: Any) -> dict[str, argparse.ArgumentParser]:
         "pool", help="list the warm pools (idle processes, memory) and kept ssh connections"
     )
     parsers["pool"].add_argument(
-        "--clear", action="store_true", help="end every idle process and kept connection"
+        "--clear",
+        action="store_true",
+        help="end every idle process and kept connection (one a running job uses: when it ends)",
     )
     parsers["config"] = sub.add_parser(
         "config", help="the effective settings and where each came from"
@@ -120,7 +122,8 @@ def print_status(job: Job, gpu_text: Callable[[Any], str] = lambda process: "") 
 def print_pools(clear: bool) -> None:
     """The warm pools, a line each, here, on the ssh hosts and on the Ray clusters' nodes
     jobs started one on, and the ssh connections kept to hosts (``clear``: end their
-    idle processes and close the connections instead)."""
+    idle processes and close the connections instead, those running jobs use once the
+    jobs end)."""
     from ..launchers.ray.pools import cluster_pools
     from ..launchers.ssh.kept import close_kept, kept_masters
     from ..launchers.ssh.pools import host_pools
@@ -134,7 +137,10 @@ def print_pools(clear: bool) -> None:
             print(f"  on {host}: {said}")
         closed = close_kept()
         if closed:
-            print(f"Closed the ssh connections kept to {', '.join(closed)}.")
+            print(
+                f"Closed the ssh connections kept to {', '.join(closed)} "
+                "(one a running job uses ends with that job)."
+            )
         return
     for master in kept_masters():
         print(

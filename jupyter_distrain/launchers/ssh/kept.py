@@ -3,7 +3,8 @@ handshake: one master connection per host and set of ssh options, in this user's
 runtime directory, shared by the notebook's pre-flight and every job's supervisor. A
 master ends ``JUPYTER_DISTRAIN_SSH_KEEP`` seconds (default 300; 0 keeps none: each job
 opens and closes its own) after its last session ends, when its host stops answering
-ssh's keepalives, or on ``%distributed pool --clear``.
+ssh's keepalives, or on ``%distributed pool --clear`` (once the sessions of running
+jobs on it have ended).
 
 Beside each master the pre-flight's findings for the host are remembered, valid while
 that same master lives: a re-run on the same hosts with the same options and backend
@@ -134,9 +135,11 @@ def kept_masters() -> list[KeptMaster]:
 
 
 def close_kept() -> list[str]:
-    """End every kept master connection; the hosts they went to."""
+    """Retire every kept master connection; the hosts they went to. One a running job's
+    sessions go through (of any kernel of this user) lives on until that job ends:
+    ending it would end the job's ranks on that host."""
     masters = kept_masters()
-    on_each(masters, lambda master: master.options.close_master(master.host))
+    on_each(masters, lambda master: master.options.retire_master(master.host))
     for master in masters:
         _record_path(master.options, master.host).unlink(missing_ok=True)
     return [m.host for m in masters]

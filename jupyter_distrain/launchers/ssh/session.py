@@ -161,8 +161,17 @@ class SshOptions:
 
     def close_master(self, host: str) -> None:
         """End ``host``'s master connection (and every session still on it)."""
+        self._control(host, "exit")
+
+    def retire_master(self, host: str) -> None:
+        """Have ``host``'s master take no new session (its socket goes, so the next job
+        opens a new one) and end with its last one: at once when none is open, else
+        when the job that uses it ends."""
+        self._control(host, "stop")
+
+    def _control(self, host: str, command: str) -> None:
         if self.control_path:
-            argv = [*self._options(), "-O", "exit", host]
+            argv = [*self._options(), "-O", command, host]
             subprocess.run(argv, capture_output=True, timeout=10)
 
     def agent(self, *args: str) -> list[str]:
