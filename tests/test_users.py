@@ -5,13 +5,24 @@ Run as the test account (the user battery) or as root (then through runuser)."""
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
+import pwd
+import re
+import secrets
+import signal
+import socket
+import subprocess
 import sys
+import time
+import urllib.request
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from conftest import running, wait_for
-from useraccounts import ALICE, BOB, USERS, run_as
+from useraccounts import ALICE, BOB, USERS, as_user, run_as
 
 ALLREDUCE = """
 import os
@@ -93,9 +104,91 @@ while True:
 """
 
 
+# What a neighbour tries against a job: argv is the job's directory, its Unix sockets by
+# name ({"control": path, ...}) and the ports its processes listen on; prints what it got
+PROBE = """
+import json, socket, sys
+out = {}
+try:
+    open(sys.argv[1] + "/spec.json").read(); out["read"] = True
+except OSError as e:
+    out["read"] = type(e).__name__
+for name, path in json.loads(sys.argv[2]).items():
+    s = socket.socket(socket.AF_UNIX)
+    try:
+        s.connect(path); out[name] = True
+    except OSError as e:
+        out[name] = type(e).__name__
+for port in json.loads(sys.argv[3]):
+    try:
+        socket.create_connection(("127.0.0.1", port), 2).close(); out[port] = True
+    except OSError as e:
+        out[port] = type(e).__name__
+print(json.dumps(out))
+"""
+
+
+# The neighbour's requests to the owner's Jupyter server: argv is its URL and a job id;
+# prints each request's HTTP status (without the owner's token, then with a guessed one)
+REST_PROBE = """
+import json, sys, urllib.error, urllib.request
+base, job = sys.argv[1], sys.argv[2]
+out = {}
+for token in ("", "guessed"):
+    for method, path in (("GET", "jobs"), ("GET", "jobs/" + job), ("DELETE", "jobs/" + job),
+                         ("PATCH", "jobs/" + job), ("GET", "jobs/" + job + "/logs")):
+        headers = {"Authorization": "token " + token} if token else {}
+        data = b'{"workers": 3}' if method == "PATCH" else None
+        request = urllib.request.Request(base + path, data, headers, method=method)
+        try:
+            out[f"{method} {path} {token}"] = urllib.request.urlopen(request, timeout=10).status
+        except urllib.error.HTTPError as e:
+            out[f"{method} {path} {token}"] = e.code
+print(json.dumps(out))
+"""
+
+
+@contextlib.contextmanager
+def jupyter_server_of(user: str) -> Iterator[tuple[str, str]]:
+    """A Jupyter server (with this package's extension) run by ``user`` on loopback:
+    yields its ``distrain/`` URL and its token; stopped at the end."""
+    with socket.socket() as probe:  # a free port: the server takes it just after
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    token = secrets.token_hex(16)
+    argv = [sys.executable, "-m", "jupyter_server", "--no-browser", "--ip=127.0.0.1"]
+    argv += [f"--port={port}", "--ServerApp.port_retries=0", f"--IdentityProvider.token={token}"]
+    server = subprocess.Popen(
+        as_user(user, argv),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+    try:
+        yield f"http://127.0.0.1:{port}/distrain/", token
+    finally:
+        os.killpg(server.pid, signal.SIGTERM)
+        server.wait(30)
+
+
+def rest_get(url: str, token: str) -> dict | None:
+    """GET ``url`` with ``token``: its JSON; None while the server does not answer."""
+    request = urllib.request.Request(url, headers={"Authorization": f"token {token}"})
+    try:
+        with urllib.request.urlopen(request, timeout=5) as answer:
+            return json.loads(answer.read())
+    except OSError:
+        return None
+
+
 @pytest.mark.root  # acts as both accounts
 @pytest.mark.parametrize("no_namespaces", [False, True], ids=["namespaces", "no-namespaces"])
 def test_a_neighbour_can_neither_see_nor_touch_a_running_job(no_namespaces):
+    with jupyter_server_of(ALICE) as (url, token):
+        _a_neighbour_can_neither_see_nor_touch_a_running_job(no_namespaces, url, token)
+
+
+def _a_neighbour_can_neither_see_nor_touch_a_running_job(no_namespaces, url, token):
     from netprobe import listening_sockets
 
     from jupyter_distrain.contract.control import ControlInfo
@@ -137,32 +230,21 @@ def test_a_neighbour_can_neither_see_nor_touch_a_running_job(no_namespaces):
         ):
             said = run_as(BOB, [*cli, *command])
             assert said.returncode != 0 and "no job" in said.stdout + said.stderr, said
-        probe = (
-            "import json, socket, sys\n"
-            "out = {}\n"
-            "try:\n    open(sys.argv[1] + '/spec.json').read(); out['read'] = True\n"
-            "except OSError as e:\n    out['read'] = type(e).__name__\n"
-            "s = socket.socket(socket.AF_UNIX)\n"
-            "try:\n    s.connect(sys.argv[2]); out['control'] = True\n"
-            "except OSError as e:\n    out['control'] = type(e).__name__\n"
-            "for port in json.loads(sys.argv[3]):\n"
-            "    try:\n        socket.create_connection(('127.0.0.1', port), 2).close(); out[port] = True\n"
-            "    except OSError as e:\n        out[port] = type(e).__name__\n"
-            "print(json.dumps(out))\n"
-        )
+        sockets = {
+            "control": control.address.removeprefix("unix:"),
+            "metrics": control.metrics.removeprefix("ipc://"),
+        }
+        assert all(path.startswith("/") for path in sockets.values()), sockets
         probed = run_as(
-            BOB,
-            [
-                sys.executable,
-                "-c",
-                probe,
-                job["dir"],
-                control.address.removeprefix("unix:"),
-                json.dumps(ports),
-            ],
+            BOB, [sys.executable, "-c", PROBE, job["dir"], json.dumps(sockets), json.dumps(ports)]
         )
         seen = json.loads(probed.stdout)
-        assert seen.pop("read") == "PermissionError" and seen.pop("control") == "PermissionError"
+        assert [seen.pop(k) for k in ("read", "control", "metrics")] == ["PermissionError"] * 3
+        # her own server lists the job; his requests to it, without her token, are refused
+        listed = wait_for(lambda: rest_get(url + "jobs", token), 60, what="her Jupyter server")
+        assert job["id"] in [j["id"] for j in listed["jobs"]], listed
+        asked = json.loads(run_as(BOB, [sys.executable, "-c", REST_PROBE, url, job["id"]]).stdout)
+        assert set(asked.values()) == {403}, asked
         reached = [port for port, how in seen.items() if how is True]
         if no_namespaces:  # said, port by port, in the job's warning
             assert reached, seen
@@ -173,3 +255,60 @@ def test_a_neighbour_can_neither_see_nor_touch_a_running_job(no_namespaces):
         stopped = run_as(ALICE, [sys.executable, "-m", "jupyter_distrain.cli", "stop", job["id"]])
     assert stopped.returncode == 0, stopped.stderr
     assert not any(running(p["pid"]) for p in pids)
+
+
+# The neighbour's requests on a pool's socket: argv is its path and a file the claimed
+# process would write; prints whether the socket took the connection, the claim and a drain
+FROM_POOL = "from jupyter_distrain.pool import client, wire\n"
+CLAIM = (
+    FROM_POOL
+    + """
+import json, sys
+wire.connect(sys.argv[1], 5).close()
+code = "open(%r, 'w').write('ran')" % sys.argv[2]
+request = {"argv": [sys.executable, "-c", code], "env": {}, "cwd": "/tmp", "log": "/tmp/x.log",
+           "cpus": None, "job": "/tmp", "run": "x", "per_job": [], "ahead": False}
+claimed = client.claim(sys.argv[1], request) is not None
+try:  # ask it to end its idle processes, as her own %distributed pool --clear does
+    drained = client._ask(sys.argv[1], {"op": "drain"})
+except OSError as e:
+    drained = type(e).__name__
+print(json.dumps({"connected": True, "claimed": claimed, "drained": drained}))
+"""
+)
+
+
+def pool_line(user: str) -> str:
+    """``user``'s ``%distributed pool`` listing."""
+    return run_as(user, [sys.executable, "-m", "jupyter_distrain.cli", "pool"]).stdout
+
+
+@pytest.mark.root  # acts as both accounts, and lets the neighbour reach the socket
+def test_a_neighbour_cannot_claim_a_process_from_a_users_warm_pool(tmp_path):
+    """Even given a way to her pool's socket (her directories are 0700: here root opens
+    them to him with ACLs), his claim and his drain are refused: the keeper serves its own
+    user only, and her pool goes on."""
+    assert submit_as(ALICE, pool=True)["state"] == "succeeded"  # her pool fills after it
+    wait_for(lambda: re.search(r"torch for .*; [1-9]\d* idle", pool_line(ALICE)), 120, what="pool")
+    where = "print(*[wire.keeper_socket(client.pools_dir() / p.name) for p in client.list_pools()])"
+    found = run_as(ALICE, [sys.executable, "-c", FROM_POOL + where]).stdout.split()
+    (keeper,) = map(Path, found)
+    opened = [p for p in keeper.parents if p.stat().st_uid == pwd.getpwnam(ALICE).pw_uid]
+    assert opened and all(p.stat().st_mode & 0o007 == 0 for p in opened[-1:])  # hers, closed
+    marker = tmp_path / "claimed"
+    tmp_path.chmod(0o777)
+    try:
+        for directory in opened:
+            subprocess.run(["setfacl", "-m", f"u:{BOB}:x", str(directory)], check=True)
+        subprocess.run(["setfacl", "-m", f"u:{BOB}:rw", str(keeper)], check=True)
+        said = run_as(BOB, [sys.executable, "-c", CLAIM, str(keeper), str(marker)])
+        answers = json.loads(said.stdout)  # the keeper hangs up on him
+        assert answers.pop("drained") in (None, "ConnectionResetError", "BrokenPipeError")
+        assert answers == {"connected": True, "claimed": False}, said.stderr
+        time.sleep(1)
+        assert not marker.exists()
+        assert re.search(r"torch for .*; [1-9]\d* idle, \d+ starting, 0 running", pool_line(ALICE))
+    finally:
+        for path in [*opened, keeper]:
+            subprocess.run(["setfacl", "-x", f"u:{BOB}", str(path)], check=False)
+        run_as(ALICE, [sys.executable, "-m", "jupyter_distrain.cli", "pool", "--clear"])
