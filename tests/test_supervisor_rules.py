@@ -468,13 +468,30 @@ def test_a_second_scale_request_changes_the_size_without_signalling_again(harnes
     assert h.state.scaling_to == 4
 
 
-def test_without_isolation_the_open_ports_are_named_once(harness):
-    h = harness(isolation_warning="no private network namespace (Operation not permitted)")
+def test_on_hosts_the_user_asked_for_the_open_ports_are_named_once(harness, monkeypatch):
+    monkeypatch.setattr(FakeLauncher, "runs_on_other_hosts", classmethod(lambda cls, spec: True))
+    h = harness(isolation_warning="the fake launcher runs the job on other hosts")
     (warning,) = h.state.warnings
     assert warning == (
-        "no private network namespace (Operation not permitted): reachable by other hosts: "
+        "the fake launcher runs the job on other hosts: reachable by other hosts: "
         "TensorFlow gRPC (unauthenticated) on ports 20000, 20001"
     )
+
+
+@pytest.mark.parametrize("backend", ["tf", "ps"])
+def test_without_isolation_a_tensorflow_job_on_this_machine_is_refused(harness, backend):
+    # its gRPC servers run any graph they are sent: a neighbour's WriteFile runs as you
+    h = harness(
+        isolation_warning="no private network namespace (Operation not permitted)",
+        backend=backend,
+    )
+    status = h.state
+    assert status.state == "failed" and status.error.startswith(
+        "not started: no private network namespace (Operation not permitted), and "
+        "TensorFlow's gRPC servers run any graph a caller sends them"
+    )
+    assert status.error.endswith("or with --backend horovod or torch"), status.error
+    assert "\n" not in status.error and FakeLauncher.started == [] and h.sup.gen.plan is None
 
 
 def test_without_isolation_a_horovod_elastic_job_is_refused_before_its_rendezvous_starts(

@@ -79,18 +79,30 @@ def test_where_namespaces_are_refused_the_job_runs_and_says_who_reaches_which_po
     ), warning
 
 
-def test_where_namespaces_are_refused_a_horovod_elastic_job_is_refused_with_one_line():
-    elastic = (
-        "import horovod.tensorflow as hvd\nhvd.init()\n"
-        "@hvd.elastic.run\ndef train(state):\n    pass\n"
-        "train(hvd.elastic.ObjectState(step=0))\n"
-    )
-    outcome = submit_as(ALICE, no_namespaces=True, code=elastic, backend="horovod")
+ELASTIC = (
+    "import horovod.tensorflow as hvd\nhvd.init()\n"
+    "@hvd.elastic.run\ndef train(state):\n    pass\n"
+    "train(hvd.elastic.ObjectState(step=0))\n"
+)
+
+
+# Each runs a server that runs what a caller sends it: Horovod elastic's rendezvous
+# unpickles, TensorFlow's gRPC servers run any graph (its ops write files)
+@pytest.mark.parametrize(
+    "backend, code, said",
+    [
+        ("horovod", ELASTIC, "Horovod elastic's rendezvous server unpickles"),
+        ("tf", "print(1)", "TensorFlow's gRPC servers run any graph"),
+    ],
+    ids=["horovod-elastic", "tf"],
+)
+def test_where_namespaces_are_refused_a_job_whose_server_runs_code_is_refused_in_one_line(
+    backend, code, said
+):
+    outcome = submit_as(ALICE, no_namespaces=True, code=code, backend=backend)
     assert outcome["state"] == "failed"
-    assert outcome["error"].startswith("not started: no private network namespace"), outcome[
-        "error"
-    ]
-    assert "\n" not in outcome["error"] and outcome["logs"] == {}
+    assert outcome["error"].startswith("not started: no private network namespace"), outcome
+    assert said in outcome["error"] and "\n" not in outcome["error"] and outcome["logs"] == {}
 
 
 TRAINING = """

@@ -132,9 +132,12 @@ class Backend(ABC):
         """How many slots the launcher must place."""
         return self.spec.workers
 
-    def needs_isolation(self) -> str | None:
+    def needs_isolation(self, on_other_hosts: bool) -> str | None:
         """Why this job must not run where others can reach its servers (one of them runs
-        what a caller sends it), or None: the supervisor then refuses it unisolated."""
+        what a caller sends it) and what to do instead, or None. The supervisor refuses
+        such a job where it could not isolate it. ``on_other_hosts``: the user asked for
+        other hosts (ssh, Slurm, a Ray cluster), whose network then reaches the servers
+        as the cell's warning says."""
         return None
 
     @abstractmethod

@@ -44,11 +44,12 @@ class HorovodBackend(Backend):
             return False, "horovod was built without TensorFlow support"
         return True, "horovod is installed with TensorFlow support"
 
-    def needs_isolation(self) -> str | None:
+    def needs_isolation(self, on_other_hosts: bool) -> str | None:
         if self.elastic and self.spec.controller != "mpi":
             return (
                 "Horovod elastic's rendezvous server unpickles what any caller sends it, so "
-                "whoever reaches its port runs code as you"
+                "whoever reaches its port runs code as you; run it where user namespaces "
+                "are allowed, or without hvd.elastic (scaling then restarts from a checkpoint)"
             )
         return None
 

@@ -25,6 +25,7 @@ from .tf_config import (
     assign_roles,
     cluster_of,
     cluster_ports,
+    grpc_needs_isolation,
     tensorflow_available,
     tf_config_processes,
 )
@@ -41,6 +42,9 @@ class ParameterServerBackend(Backend):
     @classmethod
     def available(cls) -> tuple[bool, str]:
         return tensorflow_available("parameter servers")
+
+    def needs_isolation(self, on_other_hosts: bool) -> str | None:
+        return grpc_needs_isolation(on_other_hosts)
 
     def roles(self) -> list[tuple[str, int]]:
         chief = [] if self.tf1_run else [("chief", 1)]

@@ -8,6 +8,7 @@ from .tf_config import (
     assign_roles,
     cluster_of,
     cluster_ports,
+    grpc_needs_isolation,
     tensorflow_available,
     tf_config_processes,
 )
@@ -19,6 +20,9 @@ class TFCollectiveBackend(Backend):
     @classmethod
     def available(cls) -> tuple[bool, str]:
         return tensorflow_available("MultiWorkerMirroredStrategy")
+
+    def needs_isolation(self, on_other_hosts: bool) -> str | None:
+        return grpc_needs_isolation(on_other_hosts)
 
     def prepare(self, slots: list[Slot], launcher: Launcher, worker: WorkerCommand) -> Plan:
         placed = assign_roles(slots, [("worker", self.spec.workers)])

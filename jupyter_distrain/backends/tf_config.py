@@ -11,6 +11,20 @@ from ..launchers.base import Launcher, ProcessSpec, Slot
 from .base import WorkerCommand
 
 
+def grpc_needs_isolation(on_other_hosts: bool) -> str | None:
+    """:meth:`Backend.needs_isolation` of a job of TensorFlow's gRPC servers: they run any
+    graph a caller sends (its ops read and write files), so one reached by other users
+    of this machine runs their code as the job's owner. Other hosts the user asked for
+    reach them anyway (the warning names their ports)."""
+    if on_other_hosts:
+        return None
+    return (
+        "TensorFlow's gRPC servers run any graph a caller sends them (reading and writing "
+        "your files), so whoever reaches their ports runs code as you; run it where user "
+        "namespaces are allowed, or with --backend horovod or torch"
+    )
+
+
 def tensorflow_available(what: str) -> tuple[bool, str]:
     if importlib.util.find_spec("tensorflow") is None:
         return False, "tensorflow is not installed"

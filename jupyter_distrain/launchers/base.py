@@ -202,6 +202,12 @@ class Launcher(ABC):
         return "other hosts"
 
     @classmethod
+    def runs_on_other_hosts(cls, spec: JobSpec) -> bool:
+        """Whether the user asked for other hosts for this job: a server of it that runs
+        what a caller sends is then exposed to their network (and said), not refused."""
+        return False
+
+    @classmethod
     def isolate_job(cls, spec: JobSpec) -> str | None:
         """:meth:`isolate` for this job, where that depends on the job (the supervisor
         calls this one); the default is :meth:`isolate`."""

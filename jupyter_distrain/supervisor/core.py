@@ -195,13 +195,10 @@ class Supervisor:
             number, self.spec, self.job, self.worker, self.inbox.post, self.plugins
         )
         self.gen.launcher.on_progress(self.launch_progress)
-        unsafe = self.gen.backend.needs_isolation()
+        on_hosts = self.gen.launcher.runs_on_other_hosts(self.spec)
+        unsafe = self.gen.backend.needs_isolation(on_hosts)
         if unsafe and self.isolation_warning:
-            self.fail(
-                f"not started: {self.isolation_warning}, and {unsafe}; run it where user "
-                "namespaces are allowed, or without hvd.elastic (scaling then restarts "
-                "from a checkpoint)"
-            )
+            self.fail(f"not started: {self.isolation_warning}, and {unsafe}")
             return
         try:
             plan = self.gen.prepare()

@@ -353,6 +353,10 @@ class RayLauncher(Launcher):
         return private_network() if starts_local_ray(spec) else cls.isolate()
 
     @classmethod
+    def runs_on_other_hosts(cls, spec: JobSpec) -> bool:
+        return not starts_local_ray(spec)
+
+    @classmethod
     def reachable_by(cls, spec: JobSpec) -> str:
         if starts_local_ray(spec):  # a local Ray binds every interface
             return "other users of this machine and other hosts"

@@ -199,6 +199,10 @@ class SlurmLauncher(Launcher):
         return "the slurm launcher runs the job on the Slurm cluster's nodes"
 
     @classmethod
+    def runs_on_other_hosts(cls, spec: JobSpec) -> bool:
+        return True
+
+    @classmethod
     def channel_host(cls, spec: JobSpec) -> str | None:
         cluster = spec.placement[0] if spec.placement else {}
         return cluster.get("driver", "127.0.0.1")

@@ -156,6 +156,10 @@ class SshLauncher(Launcher):
     def isolate(cls) -> str | None:
         return "the ssh launcher runs the job on other hosts"
 
+    @classmethod
+    def runs_on_other_hosts(cls, spec: JobSpec) -> bool:
+        return True
+
     def _host(self, name: str) -> RemoteHost:
         for host in self.hosts:
             if host.name == name:
