@@ -135,7 +135,7 @@ lab: setup $(STAMPS)/labextension
 # as root. Each pytest run below is the same selection as before, split by that mark.
 TEST_USER := distrain-alice
 USER_PYTEST = $(SUDO) env VENV=$(1) tests/users/as_user.sh $(TEST_USER) $(1)/bin/pytest -p no:cacheprovider
-test: setup
+test: setup $(STAMPS)/hub-proxy
 	$(VENV)/bin/ruff check jupyter_distrain tests benchmarks notebooks
 	$(SUDO) tests/users/accounts.sh
 	@echo "== as $(TEST_USER) =="
@@ -192,6 +192,11 @@ $(STAMPS)/build-venv: $(STAMPS)/system
 $(STAMPS)/labextension: $(STAMPS)/package $(STAMPS)/node $(STAMPS)/build-venv $(LABEXT_SRC)
 	cd $(LABEXT) && $(BUILD_JLPM) install && $(BUILD_JLPM) build:prod
 	$(VENV)/bin/jupyter-builder develop --overwrite .
+	@touch $@
+
+# JupyterHub's proxy (configurable-http-proxy) for tests/test_hub.py, from the npm registry
+$(STAMPS)/hub-proxy: $(STAMPS)/node tests/hub/package.json tests/hub/package-lock.json
+	cd tests/hub && npm ci --no-audit --no-fund --silent
 	@touch $@
 
 $(STAMPS)/ui-tests: $(STAMPS)/node $(UI_TESTS)/package.json $(UI_TESTS)/yarn.lock
