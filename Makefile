@@ -203,9 +203,11 @@ $(STAMPS)/ui-tests: $(STAMPS)/node $(UI_TESTS)/package.json $(UI_TESTS)/yarn.loc
 	cd $(UI_TESTS) && $(JLPM) install
 	@touch $@
 
+# started by root, the UI tests' Jupyter server runs as $(TEST_USER) (start-server.sh)
 test-ui: $(STAMPS)/labextension $(STAMPS)/ui-tests $(STAMPS)/chromium
+	$(if $(filter 0,$(shell id -u)),tests/users/accounts.sh)
 	cd $(LABEXT) && $(JLPM) prettier:check && $(JLPM) test
-	cd $(UI_TESTS) && $(JLPM) playwright test
+	cd $(UI_TESTS) && UI_TESTS_USER=$(TEST_USER) $(JLPM) playwright test
 
 lint: setup
 	$(VENV)/bin/ruff check jupyter_distrain tests benchmarks notebooks

@@ -31,5 +31,4 @@ c.JupyterNotebookApp.app_settings_dir = str(base / "settings")
 c.JupyterNotebookApp.expose_app_in_browser = True
 c.LabServerApp.extra_labextensions_path = str(Path(jupyterlab.__file__).parent / "galata")
 c.ServerApp.jpserver_extensions = {"jupyter_distrain": True}
-c.ServerApp.allow_root = True  # CI runs as root
 c.ServerApp.log_level = "ERROR"

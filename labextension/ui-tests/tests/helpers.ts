@@ -4,12 +4,20 @@
 import { IJupyterLabPageFixture, test as galataTest } from '@jupyterlab/galata';
 import { expect, Page } from '@playwright/test';
 import * as fs from 'fs';
+import * as os from 'os';
 import * as path from 'path';
 
 export const SHOTS = path.join(__dirname, '..', 'test-results');
 
 /** The server's base URL path, as a hub gives a user's server (playwright.config.js). */
 export const BASE_PATH = process.env.UI_TESTS_BASE_PATH || '/user/alice/';
+
+/**
+ * Whom the server, its kernels and their jobs run as: the ordinary account start-server.sh
+ * runs them as when the tests are started by root, else the account running the tests.
+ */
+export const SERVER_USER =
+  process.getuid?.() === 0 ? process.env.UI_TESTS_USER || 'distrain-alice' : os.userInfo().username;
 
 /** The extension's REST route `path` (e.g. `jobs`) under the server's base URL. */
 export function distrainRoute(path: string): string {

@@ -3,7 +3,7 @@
 import { expect } from '@jupyterlab/galata';
 import * as path from 'path';
 
-import { SHOTS, openNotebook, test } from './helpers';
+import { SERVER_USER, SHOTS, openNotebook, test } from './helpers';
 
 const TRAIN = `%%distributed --workers 2 --backend plain --name ui-widget
 import time
@@ -15,7 +15,8 @@ for step in range(1, 101):
 
 test('a %%distributed cell renders the live widget', async ({ page, tmpPath }) => {
   test.setTimeout(120000);
-  await openNotebook(page, tmpPath, 'widget.ipynb', ['%load_ext jupyter_distrain', TRAIN]);
+  const whoami = 'import getpass; print(getpass.getuser())';
+  await openNotebook(page, tmpPath, 'widget.ipynb', ['%load_ext jupyter_distrain', TRAIN, whoami]);
   // the body under the magic's line is highlighted as Python
   const keyword = (await page.notebook.getCellLocator(1))!
     .locator('.cm-line span', { hasText: /^import$/ })
@@ -45,6 +46,9 @@ test('a %%distributed cell renders the live widget', async ({ page, tmpPath }) =
   await expect(workers.filter({ hasText: /succeeded|exited/ })).toHaveCount(2, {
     timeout: 60000
   });
+  // the kernel (and so its job) runs as the server's ordinary account, never as root
+  await page.notebook.runCell(2, true);
+  expect((await page.notebook.getCellTextOutput(2))?.[0]?.trim()).toBe(SERVER_USER);
 });
 
 const LONGER = `%%distributed --workers 2 --backend plain --name ui-view
