@@ -177,7 +177,8 @@ def _sshd_config(host: SshHost, home: Path, authorized: Path) -> str:
             f"ListenAddress {host.address}:{SSH_PORT}",
             f"HostKey {host.host_key}",
             f"PidFile {home}/sshd.pid",
-            f"AuthorizedKeysFile {authorized}",
+            # the tests' key (root's), and an account's own keys in its home
+            f"AuthorizedKeysFile {authorized} .ssh/authorized_keys",
             "PasswordAuthentication no",
             "KbdInteractiveAuthentication no",
             "PermitRootLogin prohibit-password",

@@ -8,6 +8,7 @@ import contextlib
 import dataclasses
 import json
 import os
+import pwd
 import re
 import shutil
 import subprocess
@@ -29,6 +30,7 @@ from test_mpi import SAID as MPI_SAID
 from test_tf_backends import SEED_PROGRAM
 from test_torch import DDP_PROGRAM, ddp_rerun_from_the_pool
 from test_torch import SAID as DDP_SAID
+from useraccounts import ALICE, USERS, run_as
 
 import jupyter_distrain
 from jupyter_distrain.client import api
@@ -671,6 +673,57 @@ def test_a_rerun_takes_warm_processes_from_each_hosts_own_pool(
     sshd = {h.sshd.pid for h in cluster.hosts}
     for host in cluster.hosts:
         assert wait_for(lambda h=host: set(namespace_pids(h.name)) <= sshd, 20, what="pools")
+
+
+def test_an_ordinary_user_runs_a_job_on_the_hosts_with_her_own_key_and_known_hosts(cluster):
+    """distrain-alice, from her own account: her key pair and known_hosts in her ~/.ssh
+    (not the tests' root key), her ranks run as her on both hosts, and once it ends
+    nothing of hers is left on either host."""
+    home = Path(os.path.expanduser(f"~{ALICE}"))
+    ssh = home / ".ssh"
+    key = ssh / "id_distrain_test"
+    run_as(ALICE, ["mkdir", "-p", "-m", "700", str(ssh)])
+    if not key.exists():
+        made = run_as(ALICE, ["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(key)])
+        assert made.returncode == 0, made.stderr
+    known = ssh / "known_hosts_distrain_test"
+    for path, text in (
+        (ssh / "authorized_keys", key.with_suffix(".pub").read_text()),
+        (known, cluster.known_hosts.read_text()),
+    ):
+        path.write_text(text)
+        shutil.chown(path, ALICE, ALICE)
+        path.chmod(0o600)
+    code = "import getpass, socket\nprint('user', getpass.getuser(), 'on', socket.gethostname())\n"
+    options = {**cluster.options(), "ssh_identity": str(key), "ssh_known_hosts": str(known)}
+    said = run_as(
+        ALICE,
+        [
+            sys.executable,
+            "-m",
+            "submit",
+            json.dumps({"code": code, "workers": 2, "backend": "plain", **options}),
+        ],
+        cwd=str(USERS),
+    )
+    assert said.returncode == 0, said.stderr[-3000:]
+    outcome = json.loads(said.stdout.strip().splitlines()[-1])
+    assert outcome["state"] == "succeeded", outcome["error"]
+    lines = sorted(line for log in outcome["logs"].values() for line in log.splitlines())
+    assert lines == [f"user {ALICE} on jdh1", f"user {ALICE} on jdh2"], outcome["logs"]
+    run_as(ALICE, [sys.executable, "-m", "jupyter_distrain.cli", "pool", "--clear"])
+    uid = pwd.getpwnam(ALICE).pw_uid
+
+    def hers() -> list[str]:
+        found = []
+        for host in cluster.hosts:
+            for pid in namespace_pids(host.name):
+                with contextlib.suppress(psutil.NoSuchProcess):
+                    if psutil.Process(pid).uids().real == uid:
+                        found.append(f"{host.name}: {' '.join(psutil.Process(pid).cmdline())}")
+        return found
+
+    assert left_after(hers, 15) == []
 
 
 def test_clearing_the_kept_connections_leaves_a_running_jobs_ranks_alone(

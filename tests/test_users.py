@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 from conftest import running, wait_for
-from useraccounts import ALICE, BOB, USERS, as_user, run_as
+from useraccounts import ALICE, BOB, USERS, as_user, reachable_by, run_as
 
 ALLREDUCE = """
 import os
@@ -77,6 +77,18 @@ def test_where_namespaces_are_refused_the_job_runs_and_says_who_reaches_which_po
         "no private network namespace (Operation not permitted): reachable by other users "
         "of this machine (and other hosts, for a server on every interface): torch TCPStore"
     ), warning
+
+
+def test_an_ordinary_user_runs_a_job_on_a_local_ray_of_her_own():
+    # no Ray cluster runs: the job starts one for itself, as her, in her job's network
+    code = "import getpass\nprint('user', getpass.getuser())\n"
+    outcome = submit_as(ALICE, code=code, backend="plain", launcher="ray", cpu=0.5, timeout=120)
+    assert outcome["state"] == "succeeded", outcome["error"]
+    assert "Ray: no running cluster found; the job starts a local one" in outcome["notes"]
+    lines = [line for log in outcome["logs"].values() for line in log.splitlines()]
+    said = [line for line in lines if line.startswith("user")]
+    assert said == [f"user {ALICE}"] * 2, outcome["logs"]
+    assert outcome["warnings"] == []  # its Ray was in the job's own network namespace
 
 
 ELASTIC = (
@@ -305,22 +317,17 @@ def test_a_neighbour_cannot_claim_a_process_from_a_users_warm_pool(tmp_path):
     where = "print(*[wire.keeper_socket(client.pools_dir() / p.name) for p in client.list_pools()])"
     found = run_as(ALICE, [sys.executable, "-c", FROM_POOL + where]).stdout.split()
     (keeper,) = map(Path, found)
-    opened = [p for p in keeper.parents if p.stat().st_uid == pwd.getpwnam(ALICE).pw_uid]
-    assert opened and all(p.stat().st_mode & 0o007 == 0 for p in opened[-1:])  # hers, closed
-    marker = tmp_path / "claimed"
-    tmp_path.chmod(0o777)
+    hers = [p for p in keeper.parents if p.stat().st_uid == pwd.getpwnam(ALICE).pw_uid]
+    assert hers and hers[-1].stat().st_mode & 0o077 == 0  # her folder, closed to others
+    marker = tmp_path / "claimed"  # where a claimed process (as her) would write
     try:
-        for directory in opened:
-            subprocess.run(["setfacl", "-m", f"u:{BOB}:x", str(directory)], check=True)
-        subprocess.run(["setfacl", "-m", f"u:{BOB}:rw", str(keeper)], check=True)
-        said = run_as(BOB, [sys.executable, "-c", CLAIM, str(keeper), str(marker)])
-        answers = json.loads(said.stdout)  # the keeper hangs up on him
+        with reachable_by(BOB, keeper, "rw"), reachable_by(ALICE, tmp_path, "rwx"):
+            said = run_as(BOB, [sys.executable, "-c", CLAIM, str(keeper), str(marker)])
+            answers = json.loads(said.stdout)  # the keeper hangs up on him
+            time.sleep(1)
+            assert not marker.exists()
         assert answers.pop("drained") in (None, "ConnectionResetError", "BrokenPipeError")
         assert answers == {"connected": True, "claimed": False}, said.stderr
-        time.sleep(1)
-        assert not marker.exists()
         assert re.search(r"torch for .*; [1-9]\d* idle, \d+ starting, 0 running", pool_line(ALICE))
     finally:
-        for path in [*opened, keeper]:
-            subprocess.run(["setfacl", "-x", f"u:{BOB}", str(path)], check=False)
         run_as(ALICE, [sys.executable, "-m", "jupyter_distrain.cli", "pool", "--clear"])

@@ -3,9 +3,11 @@ as root, in `make test`): ALICE runs jobs, BOB is her neighbour on the same mach
 
 from __future__ import annotations
 
+import contextlib
 import os
 import pwd
 import subprocess
+from collections.abc import Iterator
 from pathlib import Path
 
 ALICE, BOB = "distrain-alice", "distrain-bob"
@@ -42,3 +44,22 @@ def run_as(
         timeout=timeout,
         **kwargs,
     )
+
+
+@contextlib.contextmanager
+def reachable_by(user: str, path: Path, mode: str = "r") -> Iterator[None]:
+    """Let ``user`` reach ``path`` (as root): an ACL entry for that account alone on each
+    folder above it it could not pass, and ``mode`` on ``path``; taken off at the end."""
+    opened = [
+        folder
+        for folder in reversed(path.parents)
+        if subprocess.run(["runuser", "-u", user, "--", "test", "-x", str(folder)]).returncode
+    ]
+    try:
+        for folder in opened:
+            subprocess.run(["setfacl", "-m", f"u:{user}:x", str(folder)], check=True)
+        subprocess.run(["setfacl", "-m", f"u:{user}:{mode}", str(path)], check=True)
+        yield
+    finally:
+        for entry in [*opened, path]:
+            subprocess.run(["setfacl", "-x", f"u:{user}", str(entry)], check=False)

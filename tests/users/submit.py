@@ -1,6 +1,6 @@
 """submit.py JSON: as the account running it, submit the job ``JSON`` describes (JobSpec's
 fields, and ``detach``), follow it to its end, and print its outcome as one JSON line: id, state, error,
-warnings, each process's log, and the network namespace this program ran in."""
+warnings, notes, each process's log, and the network namespace this program ran in."""
 
 from __future__ import annotations
 
@@ -30,6 +30,7 @@ outcome = {
     "state": status.state,
     "error": status.error,
     "warnings": status.warnings,
+    "notes": job.notes,
     "logs": {str(pid): path.read_text() for pid, path in job.dir.log_files().items()},
     "netns": os.stat("/proc/self/ns/net").st_ino,
 }
