@@ -10,6 +10,8 @@ repo="$(cd "$(dirname "$0")/../.." && pwd)"
 for user in distrain-alice distrain-bob; do
   id "$user" >/dev/null 2>&1 || useradd --create-home --user-group --shell /bin/bash "$user"
   chmod 0700 "/home/$user"
+  # no password, and not locked ("!"): sshd (UsePAM no) refuses a locked account even a key
+  usermod -p '*' "$user"
   dir="$repo"
   while [ "$dir" != / ]; do
     dir="$(dirname "$dir")"
