@@ -204,7 +204,7 @@ $(STAMPS)/ui-tests: $(STAMPS)/node $(UI_TESTS)/package.json $(UI_TESTS)/yarn.loc
 	@touch $@
 
 # started by root, the UI tests' Jupyter server runs as $(TEST_USER) (start-server.sh)
-test-ui: $(STAMPS)/labextension $(STAMPS)/ui-tests $(STAMPS)/chromium
+test-ui: $(STAMPS)/labextension $(STAMPS)/ui-tests $(STAMPS)/chromium $(STAMPS)/hub-proxy
 	$(if $(filter 0,$(shell id -u)),tests/users/accounts.sh)
 	cd $(LABEXT) && $(JLPM) prettier:check && $(JLPM) test
 	cd $(UI_TESTS) && UI_TESTS_USER=$(TEST_USER) $(JLPM) playwright test

@@ -1,7 +1,6 @@
-"""JupyterHub for real: the hub (PyPI's jupyterhub, run as root as a hub that spawns
-local users is) with configurable-http-proxy from the npm registry, its
-LocalProcessSpawner starting each user's server from this checkout's virtualenv as that
-user, and jupyterhub-idle-culler as a hub service. Through the hub's URL, with her own
+"""JupyterHub for real (tests/hubserver.py: PyPI's jupyterhub, run as root, with
+configurable-http-proxy from the npm registry, its LocalProcessSpawner starting each
+test account's server as that account, and jupyterhub-idle-culler). Through the hub's URL, with her own
 token, distrain-alice runs a ``%%distributed`` cell in a kernel of her server; her
 neighbour's token reaches neither her server nor her jobs; while her job trains the
 culler leaves her server alone and culls his idle one."""
@@ -9,30 +8,21 @@ culler leaves her server alone and culls his idle one."""
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
-import os
-import secrets
-import signal
-import socket
 import subprocess
 import sys
 import time
-import urllib.error
 import urllib.request
 import uuid
-from collections.abc import Iterator
-from dataclasses import dataclass
-from pathlib import Path
 
 import pytest
 from conftest import wait_for
+from hubserver import PROXY, Hub, jupyterhub
 from test_users import TRAINING, submit_as
 from useraccounts import ALICE, BOB, REPO
 
 pytestmark = pytest.mark.root  # a hub that spawns local users runs as root
 
-PROXY = REPO / "tests" / "hub" / "node_modules" / ".bin" / "configurable-http-proxy"
 CULL_SECONDS = 12  # the culler's idle timeout (it looks every 3 s)
 ALLREDUCE_CELL = """%%distributed --workers 2 --backend torch
 import torch
@@ -42,115 +32,6 @@ t = torch.ones(1) * (dist.get_rank() + 1)
 dist.all_reduce(t)
 print("sum", t.item(), "world", dist.get_world_size())
 """
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
-
-
-@dataclass
-class Hub:
-    url: str  # the proxy's public URL, ending in /
-    token: str  # the test service's (an admin of users and servers)
-
-    def api(
-        self, method: str, path: str, body: dict | None = None, token: str = ""
-    ) -> tuple[int, dict]:
-        """A request to ``url + path`` with ``token`` (the service's by default): its
-        status (0: nothing listens) and JSON body ({} when it has none)."""
-        data = json.dumps(body).encode() if body is not None else None
-        headers = {"Authorization": f"token {token or self.token}"}
-        request = urllib.request.Request(self.url + path, data, headers, method=method)
-        try:
-            with urllib.request.urlopen(request, timeout=30) as answer:
-                status, raw = answer.status, answer.read()
-        except urllib.error.HTTPError as exc:
-            status, raw = exc.code, exc.read()
-        except OSError:  # not listening (yet)
-            return 0, {}
-        try:
-            return status, json.loads(raw or b"{}")
-        except ValueError:
-            return status, {}
-
-    def server(self, user: str) -> dict | None:
-        """``user``'s default server as the hub's API describes it (None: none)."""
-        _, model = self.api("GET", f"hub/api/users/{user}")
-        return model.get("servers", {}).get("")
-
-    def spawn(self, user: str) -> str:
-        """Start ``user``'s server afresh (one the culler may be about to end is stopped
-        first); a token of theirs for it."""
-        self.api("DELETE", f"hub/api/users/{user}/server")
-        wait_for(lambda: self.server(user) is None, 60, what=f"{user}'s server stopped")
-        status, _ = self.api("POST", f"hub/api/users/{user}/server")
-        assert status in (201, 202), status
-        wait_for(lambda: (self.server(user) or {}).get("ready"), 90, what=f"{user}'s server")
-        status, made = self.api("POST", f"hub/api/users/{user}/tokens", {"note": "test"})
-        assert status == 201, (status, made)
-        return made["token"]
-
-
-@contextlib.contextmanager
-def jupyterhub(base: Path) -> Iterator[Hub]:
-    """The hub, its proxy and the culler, in ``base``; everything stopped at the end."""
-    port, token = free_port(), secrets.token_hex(32)
-    venv = Path(sys.executable).parent
-    config = f"""
-c.JupyterHub.bind_url = "http://127.0.0.1:{port}/"
-c.JupyterHub.hub_bind_url = "http://127.0.0.1:{free_port()}/"
-c.ConfigurableHTTPProxy.api_url = "http://127.0.0.1:{free_port()}"
-c.ConfigurableHTTPProxy.command = [{str(PROXY)!r}]
-c.JupyterHub.db_url = "sqlite:///{base}/hub.sqlite"
-c.JupyterHub.cookie_secret_file = "{base}/cookie_secret"
-c.JupyterHub.authenticator_class = "dummy"
-c.DummyAuthenticator.password = {secrets.token_hex(8)!r}
-c.Authenticator.allowed_users = {{{ALICE!r}, {BOB!r}}}
-c.Spawner.cmd = [{str(venv / "jupyterhub-singleuser")!r}]
-c.Spawner.environment = {{"JUPYTERHUB_ACTIVITY_INTERVAL": "2",
-                          "JUPYTER_DISTRAIN_ACTIVITY_SECONDS": "1"}}
-c.Spawner.start_timeout = 90
-c.JupyterHub.services = [
-    {{"name": "test", "api_token": {token!r}}},
-    {{"name": "idle-culler", "command": [{sys.executable!r}, "-m", "jupyterhub_idle_culler",
-                                        "--timeout={CULL_SECONDS}", "--cull-every=3"]}},
-]
-c.JupyterHub.load_roles = [
-    {{"name": "test", "services": ["test"],
-      "scopes": ["admin:users", "admin:servers", "tokens", "access:servers"]}},
-    {{"name": "idle-culler", "services": ["idle-culler"],
-      "scopes": ["list:users", "read:users:activity", "read:servers", "delete:servers"]}},
-]
-"""
-    (base / "jupyterhub_config.py").write_text(config)
-    env = {**os.environ, "PATH": f"{venv}:{os.environ['PATH']}"}
-    with open(base / "hub.log", "wb") as log:
-        hub = subprocess.Popen(
-            [str(venv / "jupyterhub"), "-f", str(base / "jupyterhub_config.py")],
-            cwd=base,
-            env=env,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
-    made = Hub(f"http://127.0.0.1:{port}/", token)
-    try:
-        wait_for(lambda: made.api("GET", "hub/api/")[0] == 200 or hub.poll() is not None, 90,
-                 what="the hub")  # fmt: skip
-        assert hub.poll() is None, (base / "hub.log").read_text()[-3000:]
-        yield made
-    finally:
-        for user in (ALICE, BOB):  # the hub stops the servers it spawned
-            with contextlib.suppress(OSError):
-                made.api("DELETE", f"hub/api/users/{user}/server")
-        os.killpg(hub.pid, signal.SIGTERM)
-        try:
-            hub.wait(30)
-        except subprocess.TimeoutExpired:
-            os.killpg(hub.pid, signal.SIGKILL)
-            hub.wait(10)
 
 
 async def _execute(url: str, token: str, cells: list[str], timeout: float) -> list[str]:
@@ -216,11 +97,11 @@ def hub(tmp_path_factory):
     assert PROXY.exists(), "configurable-http-proxy is missing: make test installs it (tests/hub)"
     base = tmp_path_factory.mktemp("hub")
     base.chmod(0o755)
-    with jupyterhub(base) as made:
+    with jupyterhub(base, cull_seconds=CULL_SECONDS) as made:
         yield made
 
 
-def test_a_cell_runs_through_the_hub_as_its_user_and_her_neighbour_cannot_see_it(hub):
+def test_a_cell_runs_through_the_hub_as_its_user_and_her_neighbour_cannot_see_it(hub: Hub):
     alice = hub.spawn(ALICE)
     mine = f"{hub.url}user/{ALICE}/"
     whoami = "import getpass; print(getpass.getuser())"
@@ -241,7 +122,7 @@ def test_a_cell_runs_through_the_hub_as_its_user_and_her_neighbour_cannot_see_it
     assert status == 200 and his["jobs"] == [], his
 
 
-def test_a_training_job_keeps_its_users_server_from_the_idle_culler(hub):
+def test_a_training_job_keeps_its_users_server_from_the_idle_culler(hub: Hub):
     hub.spawn(ALICE)
     hub.spawn(BOB)
     started = submit_as(ALICE, code=TRAINING, detach=True)  # it runs until stopped
