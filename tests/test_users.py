@@ -331,3 +331,70 @@ def test_a_neighbour_cannot_claim_a_process_from_a_users_warm_pool(tmp_path):
         assert re.search(r"torch for .*; [1-9]\d* idle, \d+ starting, 0 running", pool_line(ALICE))
     finally:
         run_as(ALICE, [sys.executable, "-m", "jupyter_distrain.cli", "pool", "--clear"])
+
+
+HOROVOD_TRAINING = """
+import time
+import horovod.tensorflow as hvd
+import tensorflow as tf
+hvd.init()
+print("ready", flush=True)
+while True:
+    hvd.allreduce(tf.constant(1.0))
+    time.sleep(0.2)
+"""
+
+# The neighbour's PUT of a pickle to a Horovod rendezvous: argv is its port and a file the
+# pickle writes when it is loaded; prints the HTTP status of each PUT
+PICKLE_PROBE = """
+import http.client, json, os, pickle, sys
+class Marker:
+    def __reduce__(self):
+        return (os.system, ("touch " + sys.argv[2],))
+statuses = []
+for path in ("/global/0", "/rank_and_size/x", "/runfunc/result"):
+    connection = http.client.HTTPConnection("127.0.0.1", int(sys.argv[1]), timeout=5)
+    try:
+        connection.request("PUT", path, body=pickle.dumps(Marker()))
+        statuses.append(connection.getresponse().status)
+    except OSError as e:
+        statuses.append(type(e).__name__)
+print(json.dumps(statuses))
+"""
+
+
+@pytest.mark.horovod
+@pytest.mark.root  # acts as both accounts
+def test_without_namespaces_a_neighbours_pickle_to_the_horovod_rendezvous_runs_nothing(tmp_path):
+    """Without namespaces the rendezvous of a (non-elastic) Horovod job is on loopback,
+    where her neighbour reaches it, as the job's warning says: it stores what he PUTs
+    as bytes and unpickles nothing (an elastic one, which would, is refused there)."""
+    started = submit_as(
+        ALICE, no_namespaces=True, code=HOROVOD_TRAINING, backend="horovod", detach=True
+    )
+    job_dir = Path(started["dir"])
+    marker = tmp_path / "ran"  # written if a process of hers ran his pickle
+    try:
+        wait_for(
+            lambda: (
+                sum("ready" in p.read_text() for p in (job_dir / "logs").glob("worker-*.log")) == 2
+            ),
+            120,
+            what="both ranks up",
+        )
+        warnings = json.loads((job_dir / "state.json").read_text())["warnings"]
+        said = re.search(
+            r"Horovod rendezvous \(unauthenticated, 127\.0\.0\.1\) on port (\d+)", warnings[0]
+        )
+        assert said, warnings
+        with reachable_by(ALICE, tmp_path, "rwx"):
+            probed = run_as(BOB, [sys.executable, "-c", PICKLE_PROBE, said[1], str(marker)])
+            statuses = json.loads(probed.stdout)
+            time.sleep(2)
+            assert not marker.exists()
+        assert 200 in statuses, statuses  # he reached it (as the warning said it would)
+    finally:
+        stopped = run_as(
+            ALICE, [sys.executable, "-m", "jupyter_distrain.cli", "stop", started["id"]]
+        )
+    assert stopped.returncode == 0, stopped.stderr
