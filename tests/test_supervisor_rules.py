@@ -478,40 +478,34 @@ def test_on_hosts_the_user_asked_for_the_open_ports_are_named_once(harness, monk
     )
 
 
-@pytest.mark.parametrize("backend", ["tf", "ps"])
-def test_without_isolation_a_tensorflow_job_on_this_machine_is_refused(harness, backend):
-    # its gRPC servers run any graph they are sent: a neighbour's WriteFile runs as you
-    h = harness(
-        isolation_warning="no private network namespace (Operation not permitted)",
-        backend=backend,
-    )
-    status = h.state
-    assert status.state == "failed" and status.error.startswith(
-        "not started: no private network namespace (Operation not permitted), and "
-        "TensorFlow's gRPC servers run any graph a caller sends them"
-    )
-    assert status.error.endswith("or with --backend horovod or torch"), status.error
-    assert "\n" not in status.error and FakeLauncher.started == [] and h.sup.gen.plan is None
+ELASTIC = "import horovod.tensorflow as hvd\n@hvd.elastic.run\ndef train(state):\n    pass\n"
 
 
-def test_without_isolation_a_horovod_elastic_job_is_refused_before_its_rendezvous_starts(
-    harness,
+# each starts a server that runs what it is sent: reached by a neighbour, it runs their
+# code (Horovod elastic's rendezvous unpickles, TensorFlow's gRPC servers run any graph)
+@pytest.mark.parametrize(
+    "backend, code, said",
+    [
+        ("horovod", ELASTIC, "Horovod elastic's rendezvous server unpickles what any caller"),
+        ("tf", "", "TensorFlow's gRPC servers run any graph a caller sends them"),
+        ("ps", "", "TensorFlow's gRPC servers run any graph a caller sends them"),
+    ],
+)
+def test_without_isolation_a_job_whose_server_runs_code_is_refused_before_it_starts(
+    harness, backend, code, said
 ):
-    # its rendezvous unpickles what it is sent: reached by a neighbour, it runs their code
-    elastic = "import horovod.tensorflow as hvd\n@hvd.elastic.run\ndef train(state):\n    pass\n"
+    fields = {"backend": backend, **({"code": code} if code else {})}
     h = harness(
-        isolation_warning="no private network namespace (Operation not permitted)",
-        backend="horovod",
-        code=elastic,
+        isolation_warning="no private network namespace (Operation not permitted)", **fields
     )
     status = h.state
     assert status.state == "failed" and status.error.startswith(
-        "not started: no private network namespace (Operation not permitted), and Horovod "
-        "elastic's rendezvous server unpickles what any caller sends it"
+        f"not started: no private network namespace (Operation not permitted), and {said}"
     )
+    assert "run it where user namespaces are allowed, or " in status.error
     assert "\n" not in status.error and FakeLauncher.started == [] and h.sup.gen.plan is None
-    # isolated, the same job is planned (its rendezvous on loopback of its own network)
-    assert harness(backend="horovod", code=elastic).sup.gen.plan is not None
+    # isolated, the same job is planned (its servers on loopback of its own network)
+    assert harness(**fields).sup.gen.plan is not None
 
 
 def test_a_remote_process_reported_after_its_hello_gets_its_pid_and_pool_in_its_row(harness):
