@@ -123,10 +123,10 @@ def test_a_cell_runs_through_the_hub_as_its_user_and_her_neighbour_cannot_see_it
 
 
 def test_a_training_job_keeps_its_users_server_from_the_idle_culler(hub: Hub):
-    hub.spawn(ALICE)
-    hub.spawn(BOB)
     started = submit_as(ALICE, code=TRAINING, detach=True)  # it runs until stopped
     try:
+        hub.spawn(ALICE)  # with her job already running: active from its first look
+        hub.spawn(BOB)
         # nobody touches either server: the culler ends his after CULL_SECONDS idle
         wait_for(lambda: hub.server(BOB) is None, CULL_SECONDS * 4, what="his server culled")
         time.sleep(CULL_SECONDS + 6)  # hers, as idle but for the job, outlives his by that
