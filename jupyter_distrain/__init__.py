@@ -10,8 +10,6 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
-from . import _moved
-
 if TYPE_CHECKING:
     from .client.api import run, submit
     from .client.cml import await_workers, launch_workers, run_cluster, stop_workers
@@ -27,8 +25,6 @@ if TYPE_CHECKING:
     from .worker.strategy import strategy
 
 __version__ = "0.1.0"
-
-_moved.install()
 
 _WHERE = {
     "run": "client.api",

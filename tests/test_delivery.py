@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 from conftest import fault_row
 
-from jupyter_distrain.contract.process import Env, ProcessId
+from jupyter_distrain.contract.process import Env, Mode, ProcessId
 from jupyter_distrain.launchers.agent import host
 from jupyter_distrain.launchers.agent.delivery import (
     Delivery,
@@ -158,7 +158,7 @@ def test_rank_0_stores_the_result_wherever_its_slot_is():
     worker = ProcessSpec(ProcessId("worker", 0), [], {}, slots[1], rank=0)
     assert result_slots(worker) == [slots[1]]
     assert result_slots(ProcessSpec(ProcessId("worker", 1), [], {}, slots[0], rank=1)) == []
-    ps = ProcessSpec(ProcessId("ps", 0), [], {Env.MODE: "seed"}, slots[0], rank=0)
+    ps = ProcessSpec(ProcessId("ps", 0), [], {Env.MODE: Mode.TF1_RUN}, slots[0], rank=0)
     server = ProcessSpec(ProcessId("worker", 0), [], {Env.MODE: "server"}, slots[0], rank=0)
     assert result_slots(ps) == result_slots(server) == []
     members = {ProcessId("worker", s.index): s for s in reversed(slots)}

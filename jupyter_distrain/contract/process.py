@@ -124,10 +124,8 @@ class Mode:
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str]) -> str:
-        """The worker's mode; "seed", the old name of ``tf1_run``, is read as it for one
-        release."""
-        mode = environ.get(Env.MODE, cls.TRAIN)
-        return cls.TF1_RUN if mode == "seed" else mode
+        """The worker's mode (:attr:`TRAIN` unless the backend set another)."""
+        return environ.get(Env.MODE, cls.TRAIN)
 
 
 # A job directory (and the channels' sockets in it) may be given as a template that each

@@ -129,12 +129,8 @@ class JobSpec(_JobFields):
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> JobSpec:
-        """From :meth:`to_dict`'s output, or an older ``spec.json`` (launcher options at
-        the top level); names that are neither a field nor an option are left out."""
-        fields = {k: v for k, v in data.items() if k in _FIELD_NAMES}
-        older = _as_options({k: v for k, v in data.items() if k not in _FIELD_NAMES})
-        fields["launcher_options"] = {**older, **data.get("launcher_options", {})}
-        return cls(**fields)
+        """From :meth:`to_dict`'s output; names that are not a field are left out."""
+        return cls(**{k: v for k, v in data.items() if k in _FIELD_NAMES})
 
 
 _FIELD_NAMES = frozenset(f.name for f in dataclasses.fields(_JobFields))

@@ -627,7 +627,7 @@ def main(argv: list[str]) -> int:
     check.add_argument("--interface", default="")
     check.add_argument("--ports", type=int, default=0)
     commands.add_parser("pools").add_argument("--drain", action="store_true")
-    for name in ("unpack", "run", "guard", "send", "remove", "finish"):
+    for name in ("unpack", "run", "guard", "send", "remove"):
         command = commands.add_parser(name)
         command.add_argument("directory")
         if name == "unpack":
@@ -656,9 +656,9 @@ def main(argv: list[str]) -> int:
         return run(directory)
     if args.command == "guard":
         return guard(directory)
-    if args.command in ("send", "finish"):
+    if args.command == "send":
         pack(directory, sys.stdout.buffer)
         sys.stdout.flush()
-    if args.command in ("remove", "finish"):
+    if args.command == "remove":
         remove(directory)
     return 0
