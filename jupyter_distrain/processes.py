@@ -144,6 +144,34 @@ def signal_tree(process: psutil.Process, sig: int) -> None:
             member.send_signal(sig)
 
 
+def signal_pid(pid: int, sig: int) -> bool:
+    """Send ``sig`` to ``pid`` (a child of this process's, whose pid cannot be reused
+    before it is reaped); False when it is gone."""
+    try:
+        os.kill(pid, sig)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+def kill_group(pgid: int) -> bool:
+    """SIGKILL process group ``pgid`` (one this process started as its leader, not yet
+    reaped); False when it is gone."""
+    try:
+        os.killpg(pgid, signal.SIGKILL)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+def private_bytes(pid: int) -> int:
+    """The memory only ``pid`` holds (its unique set size); 0 if it cannot be read."""
+    try:
+        return int(psutil.Process(pid).memory_full_info().uss)
+    except psutil.Error:
+        return 0
+
+
 def kill_tree(pid: int | None, create_time: float | None) -> bool:
     """SIGKILL the process ``pid`` (if it is still the one started at ``create_time``),
     its process group and everything below it; whether it was still there."""

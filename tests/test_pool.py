@@ -18,13 +18,13 @@ import psutil
 import pytest
 from conftest import fault_row
 
-from jupyter_distrain import JobFailed, JobSpec, submit
+from jupyter_distrain import JobFailed, JobSpec, processes, submit
 from jupyter_distrain.client import standby
 from jupyter_distrain.client.commands import print_pools
 from jupyter_distrain.client.follow import follow
 from jupyter_distrain.contract.process import ProcessId
 from jupyter_distrain.launchers.local import LocalLauncher
-from jupyter_distrain.pool import client, kinds, priority, stock, wire
+from jupyter_distrain.pool import client, kinds, priority, wire
 from jupyter_distrain.timing import poll_until
 
 PROBE = """\
@@ -525,7 +525,7 @@ def test_the_memory_bound_counts_the_zygote_and_what_each_forked_process_holds_a
         assert poll_until(four, 120, 0.1), _state(directory)
         state = _state(directory)
         zygote = psutil.Process(state["zygote"]["pid"]).memory_info().rss
-        alone = [stock.private_bytes(row["pid"]) for row in state["idle"]]
+        alone = [processes.private_bytes(row["pid"]) for row in state["idle"]]
         assert zygote > 200 * 2**20 and 0 < max(alone) < 64 * 2**20, (zygote, alone)
         assert zygote + sum(alone) < 2**30
     # 0.3 GiB: not even the zygote (512 MiB estimated before one was measured)

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import logging
 import os
-import signal
 import socket
 import subprocess
 import sys
@@ -26,7 +25,7 @@ from dataclasses import dataclass
 from ..contract.store import JobDir
 from ..pool import priority, wire
 from ..pool.kinds import enabled, source_fingerprint
-from ..processes import inherited_environment
+from ..processes import inherited_environment, kill_group
 
 log = logging.getLogger(__name__)
 
@@ -50,10 +49,7 @@ class _Standby:
     def discard(self) -> None:
         self.channel.close()  # an unused standby ends on its own when it sees this
         if self.proc.poll() is None:
-            try:
-                os.killpg(self.proc.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
+            kill_group(self.proc.pid)
 
 
 _standby: _Standby | None = None

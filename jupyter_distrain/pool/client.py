@@ -31,11 +31,11 @@ import psutil
 
 from ..contract.store import check_private, jobs_root
 from ..launchers.handles import ADOPTED_POLL_SECONDS, AdoptedProcess
-from ..processes import same_process
+from ..processes import private_bytes, same_process
 from ..timing import poll_until
 from . import wire
 from .kinds import pool_name, pool_prefix
-from .stock import OFF_FILE, private_bytes
+from .stock import OFF_FILE
 
 log = logging.getLogger(__name__)
 

@@ -23,7 +23,7 @@ from typing import Any
 
 import psutil
 
-from ..processes import die_with_parent, tree_rss
+from ..processes import die_with_parent, private_bytes, signal_pid, tree_rss
 from . import priority, wire
 from .kinds import import_env
 from .settings import Settings
@@ -84,18 +84,10 @@ class Forked:
         return code
 
     def terminate(self) -> None:
-        os.kill(self.pid, signal.SIGTERM)
+        signal_pid(self.pid, signal.SIGTERM)
 
     def kill(self) -> None:
-        os.kill(self.pid, signal.SIGKILL)
-
-
-def private_bytes(pid: int) -> int:
-    """The memory only ``pid`` holds (its unique set size); 0 if it cannot be read."""
-    try:
-        return int(psutil.Process(pid).memory_full_info().uss)
-    except psutil.Error:
-        return 0
+        signal_pid(self.pid, signal.SIGKILL)
 
 
 def close_fds(fds: list[int]) -> None:
