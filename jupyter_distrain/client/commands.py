@@ -120,35 +120,35 @@ def print_status(job: Job, gpu_text: Callable[[Any], str] = lambda process: "") 
 
 
 def print_pools(clear: bool) -> None:
-    """The warm pools, a line each, here, on the ssh hosts and on the Ray clusters' nodes
-    jobs started one on, and the ssh connections kept to hosts (``clear``: end their
-    idle processes and close the connections instead, those running jobs use once the
-    jobs end)."""
-    from ..launchers.ray.pools import cluster_pools
-    from ..launchers.ssh.kept import close_kept, kept_masters
-    from ..launchers.ssh.pools import host_pools
+    """The warm pools, a line each, here and wherever a launcher's jobs started one (the
+    ssh hosts, the Ray clusters' nodes), and the connections launchers keep between jobs
+    (``clear``: end their idle processes and let the connections go instead, those
+    running jobs use once the jobs end)."""
+    from ..plugins import LAUNCHERS, load_plugin, plugin_names
     from ..pool import client
 
+    launchers = [load_plugin(LAUNCHERS, name) for name in plugin_names(LAUNCHERS)]
+
+    def remote_pools(drain: bool) -> dict[str, Any]:
+        return {k: v for cls in launchers for k, v in cls.remote_pools(drain).items()}
+
     if clear:
-        hosts = {**host_pools(drain=True), **cluster_pools(drain=True)}
+        hosts = remote_pools(drain=True)
         print(f"Asked {client.drain()} pool(s) to end their idle processes.")
         for host, answer in hosts.items():
             said = answer if isinstance(answer, str) else f"asked {len(answer)} pool(s)"
             print(f"  on {host}: {said}")
-        closed = close_kept()
+        closed = [place for cls in launchers for place in cls.retire_kept()]
         if closed:
             print(
-                f"Closed the ssh connections kept to {', '.join(closed)} "
+                f"Closed the connections kept to {', '.join(closed)} "
                 "(one a running job uses ends with that job)."
             )
         return
-    for master in kept_masters():
-        print(
-            f"ssh connection kept to {master.host}: pid {master.pid}; "
-            f"ends after {master.options.keep} s unused"
-        )
+    for line in [line for cls in launchers for line in cls.kept_connections()]:
+        print(line)
     pools = [("", info) for info in client.list_pools()]
-    for host, answer in {**host_pools(), **cluster_pools()}.items():
+    for host, answer in remote_pools(drain=False).items():
         if isinstance(answer, str):
             print(f"on {host}: cannot list its pools: {answer}")
             continue

@@ -202,6 +202,24 @@ class Launcher(ABC):
         return "other hosts"
 
     @classmethod
+    def remote_pools(cls, drain: bool = False) -> dict[str, Any]:
+        """The warm pools this launcher's jobs started beyond this machine, by where they
+        are: a list of :class:`~..pool.client.PoolInfo`, or why that place could not be
+        asked (``drain``: after asking them to end their idle processes). None here."""
+        return {}
+
+    @classmethod
+    def kept_connections(cls) -> list[str]:
+        """A line for each connection this launcher keeps between jobs (none here)."""
+        return []
+
+    @classmethod
+    def retire_kept(cls) -> list[str]:
+        """Let those connections go (one a running job uses, once that job ends); the
+        places they went to."""
+        return []
+
+    @classmethod
     def runs_on_other_hosts(cls, spec: JobSpec) -> bool:
         """Whether the user asked for other hosts for this job: a server of it that runs
         what a caller sends is then exposed to their network (and said), not refused."""

@@ -55,6 +55,7 @@ from ..base import LaunchedProcess, Launcher, LauncherOption, ProcessSpec, Slot
 from ..isolation import private_network
 from ..limits import thread_env
 from .node import ROOT, SlotAgent
+from .pools import cluster_pools
 from .pools import remember as remember_cluster
 from .probe import import_ray, recall_probe, remember_probe, run_driver
 
@@ -355,6 +356,10 @@ class RayLauncher(Launcher):
     @classmethod
     def runs_on_other_hosts(cls, spec: JobSpec) -> bool:
         return not starts_local_ray(spec)
+
+    @classmethod
+    def remote_pools(cls, drain: bool = False) -> dict[str, Any]:
+        return cluster_pools(drain)
 
     @classmethod
     def reachable_by(cls, spec: JobSpec) -> str:

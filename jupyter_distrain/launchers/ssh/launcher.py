@@ -39,8 +39,9 @@ from ..base import LaunchedProcess, Launcher, LauncherOption, ProcessSpec, Slot,
 from ..limits import thread_env
 from .bring_back import bring_back
 from .handles import RemoteRank, SshProcess
-from .kept import kept
+from .kept import close_kept, kept, kept_masters
 from .mpi import start_mpirun
+from .pools import host_pools
 from .pools import remember as remember_pool_host
 from .preflight import RemoteHost, preflight
 from .session import CONTROL_DIR_CHARS, RemoteError, SshOptions, agent_answer, on_each
@@ -159,6 +160,22 @@ class SshLauncher(Launcher):
     @classmethod
     def runs_on_other_hosts(cls, spec: JobSpec) -> bool:
         return True
+
+    @classmethod
+    def remote_pools(cls, drain: bool = False) -> dict[str, Any]:
+        return host_pools(drain)
+
+    @classmethod
+    def kept_connections(cls) -> list[str]:
+        return [
+            f"ssh connection kept to {master.host}: pid {master.pid}; "
+            f"ends after {master.options.keep} s unused"
+            for master in kept_masters()
+        ]
+
+    @classmethod
+    def retire_kept(cls) -> list[str]:
+        return close_kept()
 
     def _host(self, name: str) -> RemoteHost:
         for host in self.hosts:
