@@ -8,6 +8,7 @@ pending showing Slurm's reason, cancelled by Stop and by its queue limit."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -66,7 +67,11 @@ def nothing_left(cluster: SlurmCluster, seconds: float = 15, dirs: bool = True) 
     of this run has a directory left on them (within ``seconds``)."""
 
     def left() -> list[str]:
-        procs = [f"{n.name}: {p.name()} {p.pid}" for n in cluster.nodes for p in n.job_processes()]
+        procs = []
+        for node in cluster.nodes:
+            for proc in node.job_processes():
+                with contextlib.suppress(psutil.NoSuchProcess):  # it ended since it was listed
+                    procs.append(f"{node.name}: {proc.name()} {proc.pid}")
         found = set(Path.home().glob(".jupyter_distrain/slurm/*")) - EARLIER_DIRS if dirs else ()
         return cluster.queue() + procs + sorted(str(d) for d in found)
 
