@@ -13,7 +13,9 @@ const PASSWORD = process.env.UI_TESTS_HUB_PASSWORD || '';
 const ALICE = 'distrain-alice';
 const BOB = 'distrain-bob';
 
-const TRAIN = `%%distributed --workers 2 --backend plain --name hub-ui
+// a name of this run's own: her jobs root keeps the jobs of earlier runs
+const NAME = `hub-ui-${Date.now().toString(36)}`;
+const TRAIN = `%%distributed --workers 2 --backend plain --name ${NAME}
 import time
 from jupyter_distrain import report
 for step in range(1, 301):
@@ -82,7 +84,7 @@ test('a cell through the hub: her widget and sidebar, nothing for her neighbour'
   const sidebar = page.locator('#jp-distrain-sidebar');
   await page.locator('.jp-distrain-status').click();
   await expect(sidebar).toBeVisible();
-  const row = sidebar.locator('li[data-job-id]', { hasText: 'hub-ui' });
+  const row = sidebar.locator('li[data-job-id]', { hasText: NAME });
   await expect(row).toHaveAttribute('data-state', 'running', { timeout: 60000 });
   const jobId = await row.getAttribute('data-job-id');
 
