@@ -278,6 +278,27 @@ def test_peers_from_a_few_addresses_cannot_hold_the_slots_against_the_job(tmp_pa
         srv.stop()
 
 
+def test_at_the_cap_the_most_crowded_address_gives_up_a_slot_not_a_lone_one(tmp_path):
+    # the victim's address was the greatest address, not the one holding the most slots:
+    # a lone connection of the job (127.0.0.9 here) was dropped for a crowd's newcomer
+    srv = control.ControlServer("s3cret", lambda body: {}, "tcp:127.0.0.1:0").start()
+    try:
+        address = control.parse_address(srv.address)[1]
+        crowd = _hold(address, [f"127.0.0.{i}" for i in range(2, 5)], 8)  # 24
+        crowd += _hold(address, ["127.0.0.5"], 7)  # 31
+        (lone,) = _hold(address, ["127.0.0.9"], 1)  # 32: every slot held
+        time.sleep(0.5)  # all accepted
+        crowd += _hold(address, ["127.0.0.6"], 1)
+        wait_for(lambda: srv.dropped >= 1, 5, what="a slot given up")
+        lone.settimeout(0.5)
+        with pytest.raises(socket.timeout):
+            lone.recv(1)  # still open: not shut down by the server
+        for sock in [*crowd, lone]:
+            sock.close()
+    finally:
+        srv.stop()
+
+
 def test_metrics_peers_without_the_secret_cannot_send_or_hold_connections(tmp_path):
     """Over TCP the collector is a CURVE server keyed by the job's secret: a sender with
     another secret delivers nothing, and 40 raw peers that never finish ZeroMQ's

@@ -289,7 +289,8 @@ def _make_server(
                 candidates = mine
             elif len(self.held) >= MAX_CONNECTIONS:
                 counts = collections.Counter(h.peer for h in self.held.values() if not h.signed)
-                candidates = [r for r, h in self.held.items() if h.peer == max(counts, default="")]
+                crowded = max(counts, key=counts.__getitem__, default="")
+                candidates = [r for r, h in self.held.items() if h.peer == crowded]
             else:
                 return None
             return next((r for r in candidates if not self.held[r].signed), None)
