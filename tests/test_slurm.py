@@ -9,13 +9,11 @@ pending showing Slurm's reason, cancelled by Stop and by its queue limit."""
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import re
 import resource
 import shutil
 import signal
-import sys
 import time
 from pathlib import Path
 
@@ -35,7 +33,8 @@ from test_ray import (
 from test_tf_backends import SEED_PROGRAM
 from test_torch import DDP_PROGRAM
 from test_torch import SAID as DDP_SAID
-from useraccounts import ALICE, USERS, reachable_by, run_as
+from test_users import WHOAMI, submit_as
+from useraccounts import ALICE, reachable_by
 
 from jupyter_distrain.client import api
 from jupyter_distrain.client.job import Job, JobFailed
@@ -235,21 +234,15 @@ def test_an_ordinary_user_submits_a_job_that_runs_as_her_on_both_nodes(cluster):
     cluster's configuration and reach its munge socket, which a real cluster's are):
     munge vouches for her uid, each node runs her task as her, and once it ends neither
     the queue, the nodes nor her home keep anything of it."""
-    code = "import getpass, socket\nprint('user', getpass.getuser(), 'on', socket.gethostname())\n"
-    fields = {"code": code, "workers": 2, "backend": "plain", **cluster.options(slurm_nodes=2)}
-    submit = [
-        "env",
-        f"SLURM_CONF={cluster.conf}",
-        sys.executable,
-        "-m",
-        "submit",
-        json.dumps(fields),
-    ]
     munge = cluster.base / "munge" / "munge.socket"
     with reachable_by(ALICE, cluster.conf), reachable_by(ALICE, munge, "rw"):
-        said = run_as(ALICE, submit, cwd=str(USERS))
-    assert said.returncode == 0, said.stderr[-3000:]
-    outcome = json.loads(said.stdout.strip().splitlines()[-1])
+        outcome = submit_as(
+            ALICE,
+            env={"SLURM_CONF": str(cluster.conf)},
+            code=WHOAMI,
+            backend="plain",
+            **cluster.options(slurm_nodes=2),
+        )
     assert outcome["state"] == "succeeded", outcome["error"]
     lines = sorted(line for log in outcome["logs"].values() for line in log.splitlines())
     assert lines == [f"user {ALICE} on jdsn1", f"user {ALICE} on jdsn2"], outcome["logs"]

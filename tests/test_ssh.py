@@ -30,7 +30,8 @@ from test_mpi import SAID as MPI_SAID
 from test_tf_backends import SEED_PROGRAM
 from test_torch import DDP_PROGRAM, ddp_rerun_from_the_pool
 from test_torch import SAID as DDP_SAID
-from useraccounts import ALICE, USERS, run_as
+from test_users import WHOAMI, submit_as
+from useraccounts import ALICE, run_as
 
 import jupyter_distrain
 from jupyter_distrain.client import api
@@ -694,20 +695,8 @@ def test_an_ordinary_user_runs_a_job_on_the_hosts_with_her_own_key_and_known_hos
         path.write_text(text)
         shutil.chown(path, ALICE, ALICE)
         path.chmod(0o600)
-    code = "import getpass, socket\nprint('user', getpass.getuser(), 'on', socket.gethostname())\n"
     options = {**cluster.options(), "ssh_identity": str(key), "ssh_known_hosts": str(known)}
-    said = run_as(
-        ALICE,
-        [
-            sys.executable,
-            "-m",
-            "submit",
-            json.dumps({"code": code, "workers": 2, "backend": "plain", **options}),
-        ],
-        cwd=str(USERS),
-    )
-    assert said.returncode == 0, said.stderr[-3000:]
-    outcome = json.loads(said.stdout.strip().splitlines()[-1])
+    outcome = submit_as(ALICE, code=WHOAMI, backend="plain", **options)
     assert outcome["state"] == "succeeded", outcome["error"]
     lines = sorted(line for log in outcome["logs"].values() for line in log.splitlines())
     assert lines == [f"user {ALICE} on jdh1", f"user {ALICE} on jdh2"], outcome["logs"]

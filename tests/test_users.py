@@ -35,11 +35,20 @@ print("sum", t.item(), "world", dist.get_world_size(), "netns", os.stat("/proc/s
 """
 
 
-def submit_as(user: str, no_namespaces: bool = False, **fields) -> dict:
+# what each rank prints: whom it runs as, and where
+WHOAMI = "import getpass, socket\nprint('user', getpass.getuser(), 'on', socket.gethostname())\n"
+
+
+def submit_as(
+    user: str, no_namespaces: bool = False, env: dict[str, str] | None = None, **fields
+) -> dict:
+    """Submit the job ``fields`` describe as ``user`` (tests/users/submit.py, with ``env``
+    added to that account's login environment); its outcome."""
     fields = {"code": ALLREDUCE, "workers": 2, "backend": "torch", "timeout": 60, **fields}
+    given = ["env", *(f"{k}={v}" for k, v in (env or {}).items())]
     done = run_as(
         user,
-        [sys.executable, "-m", "submit", json.dumps(fields)],
+        [*given, sys.executable, "-m", "submit", json.dumps(fields)],
         no_namespaces=no_namespaces,
         cwd=str(USERS),
     )

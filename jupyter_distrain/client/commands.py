@@ -145,8 +145,9 @@ def print_pools(clear: bool) -> None:
                 "(one a running job uses ends with that job)."
             )
         return
-    for line in [line for cls in launchers for line in cls.kept_connections()]:
-        print(line)
+    for cls in launchers:
+        for line in cls.kept_connections():
+            print(line)
     pools = [("", info) for info in client.list_pools()]
     for host, answer in remote_pools(drain=False).items():
         if isinstance(answer, str):
