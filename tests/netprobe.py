@@ -8,6 +8,7 @@ import os
 import socket
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 
 PROBE = (
@@ -97,9 +98,11 @@ def interfaces_of(pid: int) -> list[str]:
 
 
 FLOOD = """\
-import resource, socket, sys, time
-host, port, count, seconds = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), float(sys.argv[4])
+import resource, signal, socket, sys, time
+host, port, count = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
 resource.setrlimit(resource.RLIMIT_NOFILE, (resource.getrlimit(resource.RLIMIT_NOFILE)[1],) * 2)
+stopping = []
+signal.signal(signal.SIGTERM, lambda *_: stopping.append(True))
 def closed(sock):
     try:
         return sock.recv(1, socket.MSG_DONTWAIT | socket.MSG_PEEK) == b""
@@ -107,12 +110,12 @@ def closed(sock):
         return False
     except OSError:
         return True
-held, opened, until = [], 0, time.monotonic() + seconds
-while time.monotonic() < until:
+held, opened = [], 0
+while not stopping:
     for sock in [s for s in held if closed(s)]:
         held.remove(sock)  # dropped by the server: connect again
         sock.close()
-    while len(held) < count and time.monotonic() < until:
+    while len(held) < count and not stopping:
         try:
             held.append(socket.create_connection((host, port), timeout=2))
             opened += 1
@@ -132,11 +135,17 @@ def flooding(address: str, count: int, seconds: float, processes: int = 4) -> It
     gets how many were opened in all."""
     host, port = address.removeprefix("tcp://").removeprefix("tcp:").rsplit(":", 1)
     each = str(-(-count // processes))
-    argv = [sys.executable, "-c", FLOOD, host, port, each, str(seconds)]
+    argv = [sys.executable, "-c", FLOOD, host, port, each]
+    until = time.monotonic() + seconds
     floods = [subprocess.Popen(argv, stdout=subprocess.PIPE, text=True) for _ in range(processes)]
     opened: list[int] = []
     try:
         yield opened
     finally:
-        outs = [proc.communicate(timeout=seconds + 60)[0] for proc in floods]
+        # the floods hold their connections until told to stop: with a fixed lifetime they
+        # let go before a slow machine had opened what the block waits for
+        time.sleep(max(0.0, until - time.monotonic()))
+        for proc in floods:
+            proc.terminate()
+        outs = [proc.communicate(timeout=60)[0] for proc in floods]
     opened.append(sum(int(out.split()[-1]) for out in outs))

@@ -202,8 +202,14 @@ def test_unauthenticated_connections_cannot_run_the_supervisor_out_of_files(
     its own limit, so the metrics channel holds 1100 and more while the kernel's requests
     are answered; the control channel drops them for newer ones (its listen backlog lets
     fewer in); the job goes on and ends as it would."""
+    # the ranks tick until the test releases them (the nodes share this file system): a
+    # fixed number of ticks ended the job, and its supervisor, before a slow flood filled up
+    released = jobs_root / "released"
     ticking = (
-        "import time\nfor i in range(30):\n    print('step', i, flush=True)\n    time.sleep(1)\n"
+        "import os, time\ni = 0\n"
+        f"while not os.path.exists({str(released)!r}) and i < 600:\n"
+        "    print('step', i, flush=True)\n    time.sleep(1)\n    i += 1\n"
+        "print('released', flush=True)\n"
     )
     job = api.submit(
         JobSpec(code=ticking, workers=2, backend="plain", **cluster.options(slurm_nodes=2))
@@ -212,9 +218,15 @@ def test_unauthenticated_connections_cannot_run_the_supervisor_out_of_files(
         lambda: all("step 2" in log_of(job, i) for i in (0, 1)), 120, what="both ranks running"
     )
     info = job.dir.read_control()
-    assert psutil.Process(info.pid).rlimit(psutil.RLIMIT_NOFILE)[0] == few_open_files
+    supervisor = psutil.Process(info.pid)
+    assert supervisor.rlimit(psutil.RLIMIT_NOFILE)[0] == few_open_files
+
+    def held() -> int:
+        assert supervisor.is_running(), job.dir.supervisor_log.read_text()[-2000:]
+        return _open_files(info.pid)
+
     with flooding(info.metrics, 2000, 8) as opened:
-        wait_for(lambda: _open_files(info.pid) > 1100, 30, what="1100 connections held")
+        wait_for(lambda: held() > 1100, 60, what="1100 connections held")
         # the kernel's requests still reach the supervisor
         assert control.request(info.address, info.secret, {"op": "status"})["ok"]
     assert opened[0] >= 1100
@@ -223,8 +235,9 @@ def test_unauthenticated_connections_cannot_run_the_supervisor_out_of_files(
         time.sleep(2)
         assert control.request(info.address, info.secret, {"op": "status"})["ok"]
     assert opened[0] > control.MAX_CONNECTIONS
+    released.touch()
     assert job.wait(60) == "succeeded", job.status().error
-    assert all("step 29" in log_of(job, i) for i in (0, 1))
+    assert all(log_of(job, i).rstrip().endswith("released") for i in (0, 1))
     assert "Too many open files" not in job.dir.supervisor_log.read_text()
     nothing_left(cluster)
 
