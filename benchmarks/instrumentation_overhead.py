@@ -66,9 +66,10 @@ def direct_cost_per_step(steps: int = 50_000) -> float:
     noisy 2-core machine)."""
     import keras
 
+    from jupyter_distrain.contract.control import ControlInfo
     from jupyter_distrain.contract.metrics import Collector
     from jupyter_distrain.contract.process import Env
-    from jupyter_distrain.contract.store import ControlInfo, JobDir
+    from jupyter_distrain.contract.store import JobDir
     from jupyter_distrain.worker import keras_hook
 
     with tempfile.TemporaryDirectory() as tmp:
@@ -95,9 +96,10 @@ def direct_cost_per_torch_step(steps: int = 50_000) -> float:
     DataLoader's batch size), timed on their own with a real reporter and collector."""
     import torch
 
+    from jupyter_distrain.contract.control import ControlInfo
     from jupyter_distrain.contract.metrics import Collector
     from jupyter_distrain.contract.process import Env
-    from jupyter_distrain.contract.store import ControlInfo, JobDir
+    from jupyter_distrain.contract.store import JobDir
     from jupyter_distrain.worker import torch_hook
 
     with tempfile.TemporaryDirectory() as tmp:

@@ -24,7 +24,7 @@ if TYPE_CHECKING:
     )
     from .worker.strategy import strategy
 
-__version__ = "0.1.0"
+from .version import __version__ as __version__  # the public attribute
 
 _WHERE = {
     "run": "client.api",

@@ -18,8 +18,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from . import config
-from .client import bench, commands
+from .client import bench, commands, config
 from .client.widget import TextSummary, gpu_text
 from .contract.spec import SpecError
 

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import logging
 from importlib.metadata import EntryPoint, entry_points
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
+
+from .contract.spec import JobSpec, SpecError
 
 if TYPE_CHECKING:
     from .launchers.base import LauncherOption
@@ -56,3 +59,33 @@ def launcher_options() -> dict[str, list[tuple[str, LauncherOption]]]:
         for option in launcher.declared_options:
             options.setdefault(option.name, []).append((name, option))
     return options
+
+
+def check_launcher_options(spec: JobSpec) -> JobSpec:
+    """``spec`` with its launcher options checked as the launchers declaring them check
+    them (``spec.launcher``'s own declaration where it shares the name), and those equal
+    to their defaults left out; a name no launcher declares, a bad value, or an option
+    of another launcher given a value is a :class:`SpecError`."""
+    given: dict[str, Any] = spec.launcher_options
+    if not given:
+        return spec
+    declared = launcher_options()
+    unknown = sorted(set(given) - set(declared))
+    if unknown:
+        raise SpecError(
+            f"{unknown[0]!r} is not an option of any launcher (they take: "
+            f"{', '.join(sorted(declared))})"
+        )
+    for name, owners in declared.items():
+        if name in given:
+            own = [option for owner, option in owners if owner == spec.launcher]
+            (own or [owners[0][1]])[0].validate(given[name])
+    for name, owners in declared.items():
+        first_owner, option = owners[0]
+        elsewhere = spec.launcher not in (owner for owner, _ in owners)
+        if name in given and elsewhere and option.only_for and given[name] != option.default:
+            raise SpecError(
+                f"{option.flag_name} is for {option.only_for}: add --launcher {first_owner}"
+            )
+    kept = {name: value for name, value in given.items() if value != declared[name][0][1].default}
+    return dataclasses.replace(spec, launcher_options=kept)

@@ -23,6 +23,7 @@ import ctypes
 import os
 import resource
 import signal
+import subprocess
 import sys
 
 import psutil
@@ -170,6 +171,57 @@ def private_bytes(pid: int) -> int:
         return int(psutil.Process(pid).memory_full_info().uss)
     except psutil.Error:
         return 0
+
+
+def rss(pid: int) -> int:
+    """The resident memory of ``pid`` alone; 0 if it cannot be read."""
+    try:
+        return int(psutil.Process(pid).memory_info().rss)
+    except psutil.Error:
+        return 0
+
+
+def start_time(pid: int) -> float | None:
+    """When ``pid`` started (with the pid, what names one process exactly); None: gone."""
+    try:
+        return psutil.Process(pid).create_time()
+    except psutil.Error:
+        return None
+
+
+def any_running(pids: list[int]) -> bool:
+    """Whether any of ``pids`` is a process of this machine's (a reused pid counts)."""
+    return any(psutil.pid_exists(pid) for pid in pids)
+
+
+def kill_pid_tree(pid: int) -> None:
+    """SIGKILL ``pid`` (a child of this process's, not yet reaped), its process group
+    and everything below it."""
+    with contextlib.suppress(psutil.NoSuchProcess):
+        signal_tree(psutil.Process(pid), signal.SIGKILL)
+
+
+def end_child(popen: subprocess.Popen[bytes], grace: float) -> None:
+    """SIGTERM a child this process started, SIGKILL it after ``grace`` seconds, reap it."""
+    with contextlib.suppress(ProcessLookupError):
+        popen.terminate()
+    try:
+        popen.wait(grace)
+    except subprocess.TimeoutExpired:
+        popen.kill()
+        popen.wait()
+
+
+def kill_left_behind(ended: int, variable: str, value: str, keep: set[int]) -> None:
+    """SIGKILL (with their trees) this process's children but ``keep`` that process
+    ``ended`` left behind: of its session, or with ``variable=value`` in their
+    environment (this process is a child subreaper: orphans become its children)."""
+    for child in psutil.Process().children():
+        if child.pid in keep:
+            continue
+        with contextlib.suppress(psutil.Error, OSError):
+            if os.getsid(child.pid) == ended or (value and child.environ().get(variable) == value):
+                signal_tree(child, signal.SIGKILL)
 
 
 def kill_tree(pid: int | None, create_time: float | None) -> bool:

@@ -28,7 +28,8 @@ from jupyter_distrain.client.widget import (
 )
 from jupyter_distrain.contract.process import ProcessId
 from jupyter_distrain.contract.spec import JobSpec
-from jupyter_distrain.contract.store import JobDir, JobStatus, ProcessRecord
+from jupyter_distrain.contract.status import JobStatus, ProcessRecord
+from jupyter_distrain.contract.store import JobDir
 from jupyter_distrain.contract.tail import MAX_PARTIAL_BYTES, LineReader, last_lines
 
 

@@ -16,8 +16,7 @@ import pytest
 from IPython.core.error import UsageError
 from IPython.core.interactiveshell import InteractiveShell
 
-from jupyter_distrain import config
-from jupyter_distrain.client import api
+from jupyter_distrain.client import api, config
 from jupyter_distrain.client.magics import DistributedMagics
 from jupyter_distrain.contract.store import list_job_dirs
 

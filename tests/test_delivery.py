@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 from conftest import fault_row
 
+from jupyter_distrain.contract.launch import ProcessSpec, Slot
 from jupyter_distrain.contract.process import Env, Mode, ProcessId
 from jupyter_distrain.launchers.agent import host
 from jupyter_distrain.launchers.agent.delivery import (
@@ -28,7 +29,6 @@ from jupyter_distrain.launchers.agent.delivery import (
     Received,
     result_slots,
 )
-from jupyter_distrain.launchers.base import ProcessSpec, Slot
 
 OWN = {  # the job's own files, which nothing from a host may change
     "state.json": '{"state": "running"}\n',

@@ -20,15 +20,11 @@ from jupyter_distrain import JobSpec, SpecError, submit
 from jupyter_distrain.client.follow import follow
 from jupyter_distrain.client.job import Job
 from jupyter_distrain.client.widget import JobModel, JobWidget
+from jupyter_distrain.contract.launch import ProcessSpec
+from jupyter_distrain.contract.private import UnsafeJobDirectory
 from jupyter_distrain.contract.process import Env, ProcessId
-from jupyter_distrain.contract.store import (
-    JobDir,
-    JobStatus,
-    UnsafeJobDirectory,
-    find_job_dir,
-    list_job_dirs,
-)
-from jupyter_distrain.launchers.base import ProcessSpec
+from jupyter_distrain.contract.status import JobStatus
+from jupyter_distrain.contract.store import JobDir, find_job_dir, list_job_dirs
 from jupyter_distrain.launchers.local import LocalLauncher
 
 W0 = ProcessId("worker", 0)
@@ -253,7 +249,7 @@ def test_a_job_whose_submit_was_interrupted_says_so_and_can_be_cleaned(jobs_root
     # the job directory was made but no supervisor ever took its lock: it stayed "pending"
     # for ever, clean skipped it and stop waited out its timeout
     from jupyter_distrain.client import api
-    from jupyter_distrain.contract.retention import clean
+    from jupyter_distrain.client.retention import clean
 
     def interrupted(*args, **kwargs):
         raise KeyboardInterrupt

@@ -50,13 +50,15 @@ def test_bad_hosts_are_named(text, message):
 
 def test_ssh_flags_are_checked():
     with pytest.raises(SpecError, match="--ssh-port must be a port number"):
-        JobSpec(code="", launcher="ssh", hosts="h", ssh_port=0).validate()
+        plugins.check_launcher_options(JobSpec(code="", launcher="ssh", hosts="h", ssh_port=0))
     with pytest.raises(SpecError, match="--hosts is for a multi-host launcher"):
-        JobSpec(code="", hosts="h1").validate()
+        plugins.check_launcher_options(JobSpec(code="", hosts="h1"))
     with pytest.raises(SpecError, match="--ssh-user: 'a b' is not a user name"):
-        JobSpec(code="", launcher="ssh", hosts="h", ssh_user="a b").validate()
+        plugins.check_launcher_options(JobSpec(code="", launcher="ssh", hosts="h", ssh_user="a b"))
     with pytest.raises(SpecError, match=r"--ssh-user: 'root\\n' is not a user name"):
-        JobSpec(code="", launcher="ssh", hosts="h", ssh_user="root\n").validate()
+        plugins.check_launcher_options(
+            JobSpec(code="", launcher="ssh", hosts="h", ssh_user="root\n")
+        )
 
 
 def test_ssh_failures_read_as_one_line_naming_the_host():
@@ -102,12 +104,20 @@ def test_the_ssh_and_ray_options_are_carried_as_the_launchers_own(monkeypatch):
     assert (given["ssh_port"], given["ssh_user"], given["remote_python"]) == (2222, "", "")
     # the Python API's keywords, as before the options moved
     spec = JobSpec(code="", launcher="ssh", hosts="h1:2", ssh_port=2222, ssh_user="")
-    assert spec.launcher_options == {"hosts": "h1:2", "ssh_port": 2222}
+    assert spec.launcher_options == {"hosts": "h1:2", "ssh_port": 2222, "ssh_user": ""}
+    # checked by the launchers declaring them (the contract knows none): defaults left out
+    checked = plugins.check_launcher_options(spec)
+    assert checked.launcher_options == {"hosts": "h1:2", "ssh_port": 2222}
     assert cml._spec(code="", launcher="ssh", hosts="h:1").launcher_options == {"hosts": "h:1"}
-    with pytest.raises(TypeError, match="'hostz'"):
-        JobSpec(code="", hostz="h1")
+    for unknown in (JobSpec(code="", hostz="h1"), JobSpec(code="", launcher_options={"hostz": 1})):
+        with pytest.raises(SpecError, match="'hostz' is not an option of any launcher"):
+            plugins.check_launcher_options(unknown)
+
+
+def test_a_misspelt_launcher_option_is_refused_at_submit_with_nothing_started(jobs_root):
     with pytest.raises(SpecError, match="'hostz' is not an option of any launcher"):
-        JobSpec(code="", launcher_options={"hostz": "h1"}).validate()
+        api.submit(JobSpec(code="pass", launcher="ssh", hostz="h1"))
+    assert not any(jobs_root.iterdir())
 
 
 def test_a_spec_with_launcher_options_round_trips_and_unknown_names_are_left_out():
@@ -135,7 +145,7 @@ def test_a_launcher_that_cannot_be_imported_leaves_the_others_options(monkeypatc
     plugins.launcher_options.cache_clear()
     try:
         assert "ray_address" not in plugins.launcher_options()
-        spec = JobSpec(code="", launcher="ssh", hosts="h1:2").validate()
+        spec = plugins.check_launcher_options(JobSpec(code="", launcher="ssh", hosts="h1:2"))
         assert spec.launcher_options == {"hosts": "h1:2"}
     finally:
         plugins.launcher_options.cache_clear()

@@ -15,7 +15,7 @@ from jupyter_distrain import JobSpec, submit
 from jupyter_distrain.client.follow import follow
 from jupyter_distrain.client.widget import JobModel, JobWidget, TextSummary
 from jupyter_distrain.contract.process import ProcessId
-from jupyter_distrain.contract.store import JobStatus
+from jupyter_distrain.contract.status import JobStatus
 
 KERAS_FIT = """\
 import numpy as np

@@ -493,26 +493,23 @@ def test_a_keeper_that_cannot_write_its_state_keeps_serving(jobs_root):
         assert "state.json" in (directory / "keeper.log").read_text()  # said why, once a turn
 
 
-def test_a_hosts_drained_pools_are_those_that_answered_as_they_were(
-    jobs_root, tmp_path, monkeypatch
-):
+def test_a_hosts_drained_pools_are_those_that_answered_as_they_were(jobs_root, tmp_path):
     """``pools --drain`` on a host answers the pools it asked: a keeper that does not
     answer is not counted, and one that ends as soon as it is drained (no job holds its
     processes) still is (the listing after the drain missed it: the last CI's
     ``asked 0 pool(s)`` on one Ray node)."""
     from jupyter_distrain.launchers.agent import pooled
 
-    monkeypatch.setenv("HOME", str(tmp_path))
-    base = pooled.host_pools(create=True)
+    base = pooled.host_pools(tmp_path, create=True)
     with _keeper(base / "tensorflow-drained") as (keeper, _):
         assert poll_until(lambda: client.list_pools(base=base), 30)
-        assert [p["keeper"] for p in pooled.pools(drain=True)] == [keeper.pid]
+        assert [p["keeper"] for p in pooled.pools(drain=True, root=tmp_path)] == [keeper.pid]
         assert keeper.wait(15) is not None
     with _keeper(base / "tensorflow-stopped") as (keeper, _):
         assert poll_until(lambda: client.list_pools(base=base), 30)
         keeper.send_signal(signal.SIGSTOP)
         try:
-            assert pooled.pools(drain=True) == []
+            assert pooled.pools(drain=True, root=tmp_path) == []
         finally:
             keeper.send_signal(signal.SIGCONT)
 

@@ -14,8 +14,8 @@ from IPython.core.error import UsageError
 from IPython.core.interactiveshell import InteractiveShell
 
 from jupyter_distrain import JobSpec, submit
+from jupyter_distrain.client import retention
 from jupyter_distrain.client.magics import DistributedMagics
-from jupyter_distrain.contract import retention
 from jupyter_distrain.contract.store import list_job_dirs
 
 SLEEPER = "import time\nprint('up', flush=True)\ntime.sleep(600)\n"

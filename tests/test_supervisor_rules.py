@@ -17,11 +17,11 @@ import pytest
 
 from jupyter_distrain.backends.base import Services, WorkerCommand
 from jupyter_distrain.client.widget import gpu_text
+from jupyter_distrain.contract.launch import GpuUsage, LaunchedProcess, ProcessSpec, Slot
 from jupyter_distrain.contract.process import CHECKPOINT_EXIT, Env, ProcessId, bye, hello
 from jupyter_distrain.contract.spec import JobSpec
 from jupyter_distrain.contract.store import JobDir
-from jupyter_distrain.launchers.base import LaunchedProcess, Launcher, ProcessSpec, Slot
-from jupyter_distrain.launchers.gpus import GpuUsage
+from jupyter_distrain.launchers.base import Launcher
 from jupyter_distrain.plugins import LAUNCHERS, load_plugin
 from jupyter_distrain.supervisor import events as ev
 from jupyter_distrain.supervisor.core import Supervisor

@@ -139,7 +139,6 @@ def test_seed_program_trains_with_sync_replicas(kernel, jobs_root):
     assert accuracy >= 0.8
     state = only_job(jobs_root).read_state()
     assert state.state == "succeeded" and state.backend_info["tf1_run"] is True
-    assert state.backend_info["seed_mode"] is True  # the old name, kept for one release
     assert sorted(p.role for p in state.processes) == ["ps", "worker", "worker"]
 
 

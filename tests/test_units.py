@@ -114,7 +114,7 @@ def test_job_directory_is_created_private(jobs_root):
 
 SHOW_RUNTIME_DIR = """\
 import os
-from jupyter_distrain.contract.store import runtime_dir
+from jupyter_distrain.contract.private import runtime_dir
 first, again = runtime_dir(), runtime_dir()
 (first / "control.sock").touch()
 info = first.lstat()

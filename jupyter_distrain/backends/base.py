@@ -18,9 +18,9 @@ from typing import TYPE_CHECKING, ClassVar, Protocol
 from ..contract.process import ProcessId
 
 if TYPE_CHECKING:
+    from ..contract.launch import LaunchedProcess, Network, ProcessSpec, Slot
     from ..contract.spec import JobSpec
     from ..contract.status import ProcessRecord
-    from ..launchers.base import LaunchedProcess, Launcher, ProcessSpec, Slot
 
 
 @dataclass(frozen=True)
@@ -37,7 +37,7 @@ class WorkerCommand:
         rank: int | None = None,
         **extra_env: str,
     ) -> ProcessSpec:
-        from ..launchers.base import ProcessSpec
+        from ..contract.launch import ProcessSpec
 
         return ProcessSpec(pid, list(self.argv), {**self.env, **extra_env}, slot, rank)
 
@@ -141,7 +141,7 @@ class Backend(ABC):
         return None
 
     @abstractmethod
-    def prepare(self, slots: list[Slot], launcher: Launcher, worker: WorkerCommand) -> Plan:
+    def prepare(self, slots: list[Slot], network: Network, worker: WorkerCommand) -> Plan:
         """Start the job's services for these slots and say which processes to start."""
 
     def outcome(self, records: Sequence[ProcessRecord], ended: ProcessRecord) -> Outcome | None:

@@ -14,10 +14,10 @@ from pathlib import Path
 from typing import Any
 
 from ..contract.cellcheck import resizes_in_place
+from ..contract.launch import Network, Slot
 from ..contract.process import ProcessId
 from ..contract.status import ProcessRecord
 from ..frameworks import horovod_missing_reason
-from ..launchers.base import Launcher, Slot
 from .base import Backend, Outcome, Plan, WorkerCommand
 from .horovod_elastic import ElasticRun
 from .horovod_rendezvous import RendezvousService, gloo_rank_env, hosts_string, rendezvous_ports
@@ -53,10 +53,10 @@ class HorovodBackend(Backend):
             )
         return None
 
-    def prepare(self, slots: list[Slot], launcher: Launcher, worker: WorkerCommand) -> Plan:
+    def prepare(self, slots: list[Slot], network: Network, worker: WorkerCommand) -> Plan:
         if self.spec.controller == "mpi":
             return Plan([mpirun_process(slots, worker, self.spec.env, HOROVOD_MPI_ENV)])
-        address = launcher.driver_address()
+        address = network.driver_address()
         if self.elastic:
             run = ElasticRun(slots, address, worker, timeout=int(self.spec.timeout))
             # its driver starts the processes

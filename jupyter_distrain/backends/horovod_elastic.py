@@ -16,8 +16,8 @@ import threading
 import time
 from typing import Any
 
+from ..contract.launch import LaunchedProcess, Slot
 from ..contract.process import ProcessId
-from ..launchers.base import LaunchedProcess, Slot
 from .base import JobHost, Services, WorkerCommand
 from .horovod_rendezvous import bound_rendezvous, gloo_rank_env
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections import Counter
 from typing import Any
 
-from ..launchers.base import Slot
+from ..contract.launch import Slot
 from .base import Services
 
 

@@ -17,9 +17,9 @@ catches SIGTERM, so a stop would wait the whole grace for each process).
 
 from __future__ import annotations
 
+from ..contract.launch import Network, Slot
 from ..contract.process import JaxEnv, ProcessId
 from ..frameworks import importable, installed_version
-from ..launchers.base import Launcher, Slot
 from .base import Backend, Plan, WorkerCommand
 
 INSTALL_HINT = "jax is not installed: pip install 'jupyter_distrain[jax]' (CPU: pip install jax)"
@@ -60,9 +60,9 @@ class JaxBackend(Backend):
     def framework_version(cls) -> str | None:
         return installed_version("jax")
 
-    def prepare(self, slots: list[Slot], launcher: Launcher, worker: WorkerCommand) -> Plan:
+    def prepare(self, slots: list[Slot], network: Network, worker: WorkerCommand) -> Plan:
         coordinator = slots[0]
-        (port,) = launcher.reserve_ports([coordinator])
+        (port,) = network.reserve_ports([coordinator])
         address = f"{coordinator.address}:{port}"
         defaults = {k: v for k, v in UNLESS_TOLD.items() if k not in self.spec.env}
         processes = [

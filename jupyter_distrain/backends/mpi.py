@@ -9,7 +9,7 @@ from __future__ import annotations
 import importlib.util
 import shutil
 
-from ..launchers.base import Launcher, Slot
+from ..contract.launch import Network, Slot
 from .base import Backend, Plan, WorkerCommand
 from .mpirun import mpirun_process
 
@@ -25,5 +25,5 @@ class MpiBackend(Backend):
             return False, "mpirun is not installed (Debian: openmpi-bin)"
         return True, "mpi4py and mpirun are installed"
 
-    def prepare(self, slots: list[Slot], launcher: Launcher, worker: WorkerCommand) -> Plan:
+    def prepare(self, slots: list[Slot], network: Network, worker: WorkerCommand) -> Plan:
         return Plan([mpirun_process(slots, worker, self.spec.env)])

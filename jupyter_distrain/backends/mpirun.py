@@ -7,8 +7,8 @@ from __future__ import annotations
 import os
 import shutil
 
+from ..contract.launch import ProcessSpec, Slot
 from ..contract.process import Env, ProcessId
-from ..launchers.base import ProcessSpec, Slot
 from .base import WorkerCommand
 from .horovod_rendezvous import hosts_string
 

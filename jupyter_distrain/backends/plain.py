@@ -9,16 +9,16 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from ..contract.launch import Network, Slot
 from ..contract.process import ProcessId
 from ..contract.status import ProcessRecord
-from ..launchers.base import Launcher, Slot
 from .base import Backend, Outcome, Plan, WorkerCommand, failed_first, first_failure
 
 
 class PlainBackend(Backend):
     name = "plain"
 
-    def prepare(self, slots: list[Slot], launcher: Launcher, worker: WorkerCommand) -> Plan:
+    def prepare(self, slots: list[Slot], network: Network, worker: WorkerCommand) -> Plan:
         return Plan([worker.process(ProcessId("worker", s.index), s, rank=s.index) for s in slots])
 
     def outcome(self, records: Sequence[ProcessRecord], ended: ProcessRecord) -> Outcome | None:

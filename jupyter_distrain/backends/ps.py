@@ -17,9 +17,9 @@ from collections.abc import Sequence
 from typing import Any
 
 from ..contract.cellcheck import defines_tf1_run
+from ..contract.launch import Network, Slot
 from ..contract.process import Env, Mode, ProcessId
 from ..contract.status import ProcessRecord
-from ..launchers.base import Launcher, Slot
 from .base import Backend, Outcome, Plan, WorkerCommand, failed_first
 from .tf_config import (
     assign_roles,
@@ -53,9 +53,9 @@ class ParameterServerBackend(Backend):
     def slots_needed(self) -> int:
         return sum(count for _, count in self.roles())
 
-    def prepare(self, slots: list[Slot], launcher: Launcher, worker: WorkerCommand) -> Plan:
+    def prepare(self, slots: list[Slot], network: Network, worker: WorkerCommand) -> Plan:
         placed = assign_roles(slots, self.roles())
-        cluster = cluster_of(placed, launcher)
+        cluster = cluster_of(placed, network)
         # ParameterServerStrategy: what TensorFlow's tutorial sets (RPCs fail fast, so its
         # coordinator retries elsewhere). Not for a TF1 run(): a TF1 session opened on the
         # chief must wait for servers still starting, not fail on the first refusal.
@@ -66,8 +66,7 @@ class ParameterServerBackend(Backend):
                 proc.env[Env.MODE] = Mode.TF1_RUN
             elif proc.id.role in ("worker", "ps"):
                 proc.env[Env.MODE] = Mode.SERVER
-        # "seed_mode": the old name of "tf1_run" in state.json, kept for one release
-        info = {"cluster": cluster, "tf1_run": self.tf1_run, "seed_mode": self.tf1_run}
+        info = {"cluster": cluster, "tf1_run": self.tf1_run}
         return Plan(procs, info=info, ports=cluster_ports(cluster))
 
     def outcome(self, records: Sequence[ProcessRecord], ended: ProcessRecord) -> Outcome | None:

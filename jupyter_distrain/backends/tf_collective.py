@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ..launchers.base import Launcher, Slot
+from ..contract.launch import Network, Slot
 from .base import Backend, Plan, WorkerCommand
 from .tf_config import (
     assign_roles,
@@ -24,9 +24,9 @@ class TFCollectiveBackend(Backend):
     def needs_isolation(self, on_other_hosts: bool) -> str | None:
         return grpc_needs_isolation(on_other_hosts)
 
-    def prepare(self, slots: list[Slot], launcher: Launcher, worker: WorkerCommand) -> Plan:
+    def prepare(self, slots: list[Slot], network: Network, worker: WorkerCommand) -> Plan:
         placed = assign_roles(slots, [("worker", self.spec.workers)])
-        cluster = cluster_of(placed, launcher)
+        cluster = cluster_of(placed, network)
         return Plan(
             tf_config_processes(placed, cluster, worker),
             info={"cluster": cluster},

@@ -6,8 +6,8 @@ import importlib.util
 import json
 from collections.abc import Sequence
 
+from ..contract.launch import Network, ProcessSpec, Slot
 from ..contract.process import ProcessId
-from ..launchers.base import Launcher, ProcessSpec, Slot
 from .base import WorkerCommand
 
 
@@ -39,11 +39,9 @@ def assign_roles(
     return list(zip(ids, slots, strict=False))
 
 
-def cluster_of(
-    placed: Sequence[tuple[ProcessId, Slot]], launcher: Launcher
-) -> dict[str, list[str]]:
+def cluster_of(placed: Sequence[tuple[ProcessId, Slot]], network: Network) -> dict[str, list[str]]:
     """The TF cluster dict ``{"ps": ["host:port", ...], ...}``, with ports reserved."""
-    ports = launcher.reserve_ports([slot for _, slot in placed])
+    ports = network.reserve_ports([slot for _, slot in placed])
     cluster: dict[str, list[str]] = {}
     for (pid, slot), port in zip(placed, ports, strict=True):
         cluster.setdefault(pid.role, []).append(f"{slot.address}:{port}")

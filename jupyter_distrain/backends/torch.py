@@ -24,9 +24,9 @@ from __future__ import annotations
 from collections import Counter
 from pathlib import Path
 
+from ..contract.launch import Network, Slot
 from ..contract.process import Env, ProcessId
 from ..frameworks import importable, installed_version
-from ..launchers.base import Launcher, Slot
 from .base import Backend, Plan, WorkerCommand
 
 INSTALL_HINT = (
@@ -78,9 +78,9 @@ class TorchBackend(Backend):
     def framework_version(cls) -> str | None:
         return installed_version("torch")
 
-    def prepare(self, slots: list[Slot], launcher: Launcher, worker: WorkerCommand) -> Plan:
+    def prepare(self, slots: list[Slot], network: Network, worker: WorkerCommand) -> Plan:
         master = slots[0]
-        (port,) = launcher.reserve_ports([master])
+        (port,) = network.reserve_ports([master])
         run_id = Path(worker.env[Env.JOB_DIR]).name  # the job's id
         env = torchrun_env(slots, master, port, run_id)
         if self.spec.cpu is None and "OMP_NUM_THREADS" not in self.spec.env:

@@ -14,14 +14,12 @@ import threading
 from collections.abc import Mapping
 from typing import Any
 
-from .. import config
-from ..contract import retention
 from ..contract.cellcheck import check_syntax, imported_packages, keras_backend_set
 from ..contract.spec import JobSpec, SpecError
 from ..contract.store import JobDir
 from ..frameworks import resolve_keras
-from ..plugins import BACKENDS, LAUNCHERS, load_plugin
-from . import standby
+from ..plugins import BACKENDS, LAUNCHERS, check_launcher_options, load_plugin
+from . import config, retention, standby
 from .follow import follow
 from .job import NEVER_STARTED, Job
 
@@ -95,7 +93,7 @@ def submit(spec: JobSpec, namespace: Mapping[str, Any] | None = None) -> Job:
     ``spec`` is left as given: the job runs a copy with its backend resolved
     (``job.spec``), and ``job.backend_reason`` says why that backend was chosen.
     """
-    spec.validate()
+    spec = check_launcher_options(spec.validate())
     check_syntax(spec.code)
     try:  # the config files' environment settings (pool, retention, jobs root)
         config.apply()

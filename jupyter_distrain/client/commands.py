@@ -17,10 +17,9 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from .. import config
-from ..contract import retention
 from ..contract.process import ProcessId
 from ..contract.status import JobStatus
+from . import config, retention
 from .follow import follow
 from .job import Job, JobFailed
 

@@ -10,10 +10,10 @@ from IPython.core.error import UsageError
 from IPython.core.magic import Magics, line_cell_magic, magics_class
 from IPython.core.magic_arguments import MagicArgumentParser, magic_arguments, parse_argstring
 
-from .. import config
 from ..contract.cellcheck import elastic_warnings, undefined_names
 from ..contract.spec import JobSpec, SpecError
-from . import api, bench, commands
+from ..plugins import check_launcher_options
+from . import api, bench, commands, config
 from .flags import flag_arguments, spec_from_args
 from .follow import follow, follow_async
 from .job import Job
@@ -101,7 +101,7 @@ class DistributedMagics(Magics):
         self.distributed.parser.set_defaults(**_flag_defaults())
         args = parse_argstring(self.distributed, line)
         try:
-            spec = spec_from_args(args, cell).validate()
+            spec = check_launcher_options(spec_from_args(args, cell).validate())
             self._warn_undefined(spec)
             for warning in elastic_warnings(spec.code):
                 print(f"Warning: {warning}.", file=sys.stderr, flush=True)

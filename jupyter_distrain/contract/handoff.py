@@ -19,8 +19,6 @@ import os
 from dataclasses import dataclass
 from typing import Any
 
-from .process import Env
-
 
 @dataclass(frozen=True)
 class Handoff:
@@ -51,12 +49,14 @@ def memory_file(fields: dict[str, Any]) -> int:
 _received: list[Handoff | None] = []
 
 
-def received() -> Handoff | None:
-    """What this process was handed (None: nothing, read the job directory instead). The
-    first call reads and closes the descriptor; later ones return the same."""
+def received(variable: str) -> Handoff | None:
+    """What this process was handed (None: nothing, read the job directory instead), the
+    descriptor named by environment ``variable`` (``Env.HANDOFF_FD``: this module is the
+    lower of the two). The first call reads and closes the descriptor; later ones return
+    the same."""
     if _received:
         return _received[0]
-    name = os.environ.pop(Env.HANDOFF_FD, None)
+    name = os.environ.pop(variable, None)
     handed = None
     if name is not None:
         with os.fdopen(int(name), "r") as f:

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from .control import CONTROL_FILE, ControlInfo
+from .handoff import received
 
 CHECKPOINT_EXIT = 75  # a worker that exits with this code checkpointed on request
 
@@ -200,9 +201,7 @@ class WorkerChannels:
         environ = os.environ if environ is None else environ
         if Env.JOB_DIR not in environ:
             return None
-        from .handoff import received
-
-        handed = received() if environ is os.environ else None
+        handed = received(Env.HANDOFF_FD) if environ is os.environ else None
         if handed is not None:
             secret = handed.secret
         else:

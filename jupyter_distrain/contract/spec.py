@@ -65,22 +65,25 @@ class _JobFields:
 class JobSpec(_JobFields):
     """Everything the supervisor needs to run a job; written to ``spec.json``.
 
-    A launcher's options may also be given as keywords, as before they moved into
+    A launcher's options may also be given as keywords, which land in
     ``launcher_options``: ``JobSpec(code, launcher="ssh", hosts="h1:2", ssh_port=2222)``.
+    The contract does not know them: the launchers that declare them check them at
+    submit (:func:`jupyter_distrain.plugins.check_launcher_options`).
     """
 
     def __init__(self, *args: Any, **keywords: Any) -> None:
         given = {k: keywords.pop(k) for k in list(keywords) if k not in _FIELD_NAMES}
         super().__init__(*args, **keywords)
         if given:
-            self.launcher_options = {**self.launcher_options, **_as_options(given, strict=True)}
+            self.launcher_options = {**self.launcher_options, **given}
 
     def uses_mpirun(self) -> bool:
         """Whether one ``mpirun`` starts every rank (mpi4py, Horovod's MPI controller)."""
         return self.backend == "mpi" or (self.backend == "horovod" and self.controller == "mpi")
 
     def validate(self) -> JobSpec:
-        """Check every field; raise :class:`SpecError` naming the first bad one."""
+        """Check every field but the launcher's options (their launchers check those);
+        raise :class:`SpecError` naming the first bad one."""
         if not isinstance(self.workers, int) or self.workers < 1:
             raise SpecError(f"--workers must be a whole number >= 1, got {self.workers!r}")
         if not isinstance(self.ps, int) or self.ps < 0:
@@ -105,7 +108,8 @@ class JobSpec(_JobFields):
             raise SpecError(f"--gpus must be a whole number >= 0, got {self.gpus!r}")
         if self.gpu_ids and not self.gpus:
             raise SpecError("--gpu-ids needs --gpus N (the GPUs each worker gets)")
-        _check_launcher_options(self.launcher, self.launcher_options)
+        if not isinstance(self.launcher_options, dict):
+            raise SpecError(f"launcher_options must be a dict, got {self.launcher_options!r}")
         if self.batch_size is not None and self.batch_size < 1:
             raise SpecError(f"--batch-size must be >= 1, got {self.batch_size!r}")
         _number("--timeout", self.timeout, "a number of seconds > 0", low=0, high=MAX_SECONDS)
@@ -135,51 +139,6 @@ class JobSpec(_JobFields):
 
 _FIELD_NAMES = frozenset(f.name for f in dataclasses.fields(_JobFields))
 JobSpec.__signature__ = inspect.signature(_JobFields)  # type: ignore[attr-defined]  # help()
-
-
-def _as_options(given: dict[str, Any], strict: bool = False) -> dict[str, Any]:
-    """The launcher options among ``given`` that differ from their defaults; with
-    ``strict``, a name no launcher declares is a TypeError (as a dataclass says it)."""
-    if not given:
-        return {}
-    from ..plugins import launcher_options
-
-    declared = launcher_options()
-    for name in given:
-        if strict and name not in declared:
-            raise TypeError(f"JobSpec.__init__() got an unexpected keyword argument {name!r}")
-    return {
-        name: value
-        for name, value in given.items()
-        if name in declared and value != declared[name][0][1].default
-    }
-
-
-def _check_launcher_options(launcher: str, given: dict[str, Any]) -> None:
-    """Each option as the launcher declaring it checks it (``launcher``'s own declaration
-    where it shares the name), then the options refused with another launcher."""
-    if not given:
-        return
-    from ..plugins import launcher_options
-
-    declared = launcher_options()
-    unknown = sorted(set(given) - set(declared))
-    if unknown:
-        raise SpecError(
-            f"{unknown[0]!r} is not an option of any launcher (they take: "
-            f"{', '.join(sorted(declared))})"
-        )
-    for name, owners in declared.items():
-        if name in given:
-            own = [option for owner, option in owners if owner == launcher]
-            (own or [owners[0][1]])[0].validate(given[name])
-    for name, owners in declared.items():
-        first_owner, option = owners[0]
-        elsewhere = launcher not in (owner for owner, _ in owners)
-        if name in given and elsewhere and option.only_for and given[name] != option.default:
-            raise SpecError(
-                f"{option.flag_name} is for {option.only_for}: add --launcher {first_owner}"
-            )
 
 
 def _number(

@@ -13,9 +13,6 @@ Layout (mode 0700)::
       checkpoints/
       control         the supervisor's endpoint + per-job secret (0600, :class:`ControlInfo`)
       result.pkl      what rank 0 bound to ``result`` (--out), if anything
-
-The state schema and the private-file helpers used to live here; their names are still
-importable from this module for one release.
 """
 
 from __future__ import annotations
@@ -33,43 +30,14 @@ from typing import Any
 
 from .control import CONTROL_FILE, ControlInfo
 from .private import (
-    MAX_SOCKET_PATH,
     UnsafeJobDirectory,
     check_private,
-    runtime_dir,
     short_socket_path,
     write_atomic,
 )
 from .process import Env, ProcessId
 from .spec import JobSpec
-from .status import (
-    FINAL_STATES,
-    LIVE_PROCESS_STATES,
-    JobStatus,
-    ProcessRecord,
-    aggregate_images_per_sec,
-)
-
-__all__ = [  # with the names kept here for one release
-    "FINAL_STATES",
-    "JOB_ID_RE",
-    "LIVE_PROCESS_STATES",
-    "MAX_SOCKET_PATH",
-    "ControlInfo",
-    "JobDir",
-    "JobStatus",
-    "ProcessRecord",
-    "UnreadableSpec",
-    "UnsafeJobDirectory",
-    "aggregate_images_per_sec",
-    "check_private",
-    "find_job_dir",
-    "jobs_root",
-    "list_job_dirs",
-    "runtime_dir",
-    "short_socket_path",
-    "write_atomic",
-]
+from .status import JobStatus
 
 RESERVE_BYTES = 256 * 1024
 # a submit takes the job's lock within moments of making its directory (pickling what
@@ -222,7 +190,7 @@ class JobDir:
 
         from .handoff import received
 
-        handed = received()
+        handed = received(Env.HANDOFF_FD)
         if handed is not None:
             return pickle.loads(handed.pushed) if handed.pushed else {}
         try:

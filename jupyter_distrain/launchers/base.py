@@ -15,76 +15,17 @@ import secrets
 import socket
 from abc import ABC, abstractmethod
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from ..contract.process import ProcessId
+from ..contract.launch import LaunchedProcess, ProcessSpec, Slot
 from ..contract.spec import SpecError
 
 if TYPE_CHECKING:
     from ..contract.spec import JobSpec
-    from ..contract.store import JobDir, JobStatus
-    from .gpus import GpuUsage
-
-
-@dataclass(frozen=True)
-class Slot:
-    """One place a worker can run."""
-
-    host: str  # the name the backend uses for this host (Horovod's plan hostname)
-    address: str  # an address other processes can reach it on
-    index: int  # global slot index
-    local_index: int  # index among the slots of the same host
-    iface: str = "lo"  # the network interface to use for collectives
-
-
-@dataclass
-class ProcessSpec:
-    """One process to start, as computed by a backend."""
-
-    id: ProcessId
-    argv: list[str]
-    env: dict[str, str]
-    slot: Slot | None = None
-    rank: int | None = None  # the rank it trains as, where it has one
-    # A helper that starts other members itself (mpirun): those members and their slots.
-    # They have rows of their own and report their own pids and exits.
-    hosts: dict[ProcessId, Slot] = field(default_factory=dict)
-
-
-class LaunchedProcess(ABC):
-    """A process that a launcher started (or adopted), owned by that launcher."""
-
-    pid: int
-    host: str = "localhost"
-    create_time: float | None = None  # the OS's start time: (pid, create_time) is exact
-    gpus: list[str] = []  # the GPU devices it was given (set per process by start)
-    pooled: bool = False  # taken from a warm pool rather than started
-
-    @abstractmethod
-    def wait(self) -> int:
-        """Block until the process exits; return its exit code (negative: signal)."""
-
-    @abstractmethod
-    def poll(self) -> int | None:
-        """The exit code if the process has exited, else None."""
-
-    @abstractmethod
-    def signal(self, sig: int, tree: bool = False) -> None:
-        """Send ``sig`` to the process; with ``tree``, to everything it started too."""
-
-    @abstractmethod
-    def memory_bytes(self) -> int:
-        """Resident memory of the process and all its descendants."""
-
-    def gpu_usage(self) -> GpuUsage | None:
-        """Utilisation and memory of the GPUs it was given; None without GPUs or NVML."""
-        return None
-
-    @property
-    def alive(self) -> bool:
-        return self.poll() is None
+    from ..contract.status import JobStatus
+    from ..contract.store import JobDir
 
 
 class LaunchCancelled(RuntimeError):

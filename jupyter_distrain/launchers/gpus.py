@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import shutil
 import subprocess
-from dataclasses import dataclass
 from typing import Any
 
+from ..contract.launch import GpuUsage
 from ..contract.process import ProcessId
 from ..contract.spec import JobSpec, SpecError
 
@@ -46,14 +46,6 @@ def discover() -> list[str]:
     except (OSError, subprocess.SubprocessError):
         return []
     return [line.strip() for line in out.splitlines() if line.strip()]
-
-
-@dataclass(frozen=True)
-class GpuUsage:
-    """What a process's devices are doing: mean utilisation and memory used."""
-
-    percent: float
-    memory_bytes: int
 
 
 _nvml: Any = None  # pynvml once initialised in this process; False: not available

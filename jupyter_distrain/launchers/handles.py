@@ -5,21 +5,24 @@
 - :class:`LocalProcess`: one a launcher started itself (its ``Popen``);
 - :class:`AdoptedProcess`: one another of ours started (an MPI rank, a pooled worker).
 
-Apart from the launchers so that the pool's handle can build on them without
-importing a launcher.
+- :class:`PooledProcess`: one a warm pool handed over (``pool/client.claim``).
 """
 
 from __future__ import annotations
 
 import contextlib
+import select
+import socket
 import subprocess
+import threading
 import time
 
 import psutil
 
 from .. import processes
+from ..contract.launch import GpuUsage, LaunchedProcess
+from ..pool.client import BYE_GRACE_SECONDS, EXIT_LOST, Claimed, exit_code_sent
 from . import gpus
-from .base import LaunchedProcess
 
 ADOPTED_POLL_SECONDS = 0.1
 
@@ -40,7 +43,7 @@ class KnownProcess(LaunchedProcess):
     def memory_bytes(self) -> int:
         return processes.tree_rss(self.process)
 
-    def gpu_usage(self) -> gpus.GpuUsage | None:
+    def gpu_usage(self) -> GpuUsage | None:
         return gpus.usage(self.gpus)
 
 
@@ -76,3 +79,62 @@ class AdoptedProcess(KnownProcess):
         while self.poll() is None:
             time.sleep(ADOPTED_POLL_SECONDS)
         return 0
+
+
+class PooledProcess(AdoptedProcess):
+    """A pooled process a job took. Its parent is the keeper, which sends its exit code
+    on the claim's connection. That connection closing first (a lost keeper) leaves only
+    alive-or-not: its code is then what its bye says (the supervisor takes a pooled
+    process's bye), and one that ends without a bye ends with ``EXIT_LOST``, never 0."""
+
+    def __init__(self, claimed: Claimed, process: psutil.Process):
+        self.pid, self.create_time, self.process = claimed.pid, claimed.create_time, process
+        self.pooled = True
+        self._connection: socket.socket | None = claimed.connection
+        self._code: int | None = None
+        self._ended_at: float | None = None  # when it was seen gone, its keeper gone first
+        self._lock = threading.Lock()
+
+    def poll(self) -> int | None:
+        with self._lock:
+            if self._code is not None or self._connection is None:
+                return self._code if self._code is not None else self._without_keeper()
+            readable, _, _ = select.select([self._connection], [], [], 0)
+            if readable:
+                self._code = exit_code_sent(self._connection)
+                self._connection.close()
+                self._connection = None
+                return self._code if self._code is not None else self._without_keeper()
+            return None
+
+    def _without_keeper(self) -> int | None:
+        """Ended with no keeper to say how: ``EXIT_LOST`` once its bye had time to come
+        (it is sent before the process exits; the supervisor records it first)."""
+        if super().poll() is None:
+            return None
+        now = time.monotonic()
+        if self._ended_at is None:
+            self._ended_at = now
+        return EXIT_LOST if now - self._ended_at >= BYE_GRACE_SECONDS else None
+
+    def wait(self) -> int:
+        while (code := self.poll()) is None:
+            connection = self._connection
+            if connection is not None:
+                with contextlib.suppress(OSError, ValueError):
+                    select.select([connection], [], [], 1.0)
+            else:
+                time.sleep(ADOPTED_POLL_SECONDS)
+        return code
+
+    @classmethod
+    def of(cls, claimed: Claimed | None) -> PooledProcess | None:
+        """The handle of what the pool handed over; None when nothing was, or it has
+        ended already (the job starts that process cold)."""
+        if claimed is None:
+            return None
+        process = processes.same_process(claimed.pid, claimed.create_time)
+        if process is None:
+            claimed.connection.close()
+            return None
+        return cls(claimed, process)

@@ -14,9 +14,10 @@ from typing import Any
 
 import psutil
 
+from ..contract.launch import LaunchedProcess, ProcessSpec, Slot
 from ..contract.process import ProcessId
 from ..contract.spec import JobSpec, SpecError
-from ..contract.store import JobStatus
+from ..contract.status import JobStatus
 from ..pool import client as pool_client
 from ..pool import kinds as pool_kinds
 from ..processes import (
@@ -28,8 +29,8 @@ from ..processes import (
     signal_tree,
 )
 from . import gpus
-from .base import LaunchedProcess, Launcher, ProcessSpec, Slot
-from .handles import AdoptedProcess, LocalProcess
+from .base import Launcher
+from .handles import AdoptedProcess, LocalProcess, PooledProcess
 from .isolation import private_network
 from .limits import CpuQuota, cpu_set, thread_env
 
@@ -171,7 +172,7 @@ class LocalLauncher(Launcher):
         self._pool_env = launch.env
         if self._pool_presence is None:
             self._pool_presence = pool_client.announce(self.spec.pool_socket, str(self.job.path))
-        return pool_client.claim(
+        claimed = pool_client.claim(
             self.spec.pool_socket,
             {
                 "argv": argv,
@@ -185,6 +186,7 @@ class LocalLauncher(Launcher):
                 "ahead": pool_kinds.plans_ahead(launch.env),
             },
         )
+        return PooledProcess.of(claimed)
 
     def adopt(self, pid: int, host: str) -> LaunchedProcess | None:
         try:

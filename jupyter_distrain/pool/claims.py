@@ -9,18 +9,15 @@ import contextlib
 import dataclasses
 import logging
 import selectors
-import signal
 import socket
 import sys
 import time
 from typing import Any
 
-import psutil
-
-from ..processes import signal_tree
+from ..contract.process import Env
+from ..processes import kill_left_behind, kill_pid_tree, start_time
 from . import wire
 from .kinds import import_env
-from .orphans import kill_orphans_of
 from .stock import Pooled, Stock, close_fds
 
 log = logging.getLogger("jupyter_distrain.pool")
@@ -163,7 +160,7 @@ class Claims:
         if not answer or not answer.get("ok"):
             why = (answer or {}).get("error") or "it ended"
             log.warning("pooled pid %d could not take the job: %s", pooled.pid, why)
-            signal_tree(psutil.Process(pooled.pid), signal.SIGKILL)
+            kill_pid_tree(pooled.pid)
             if (answer or {}).get("off"):  # as it would be at every claim: no more pool
                 self.stock.turn_off(why)
             self.refuse(claim.client, f"the pooled process could not take the job: {why}")
@@ -172,7 +169,7 @@ class Claims:
             self.stock.target = max(0, self.stock.target - 1)
         pooled.client, pooled.job = claim.client, str(claim.body.get("job", ""))
         pooled.since = time.time()
-        create_time = psutil.Process(pooled.pid).create_time()
+        create_time = start_time(pooled.pid)
         with contextlib.suppress(OSError):
             wire.send(claim.client, {"pid": pooled.pid, "create_time": create_time})
         log.info("pid %d taken by %s", pooled.pid, pooled.job)
@@ -188,7 +185,7 @@ class Claims:
             if pooled.client is client:  # its supervisor went away: the process goes too
                 log.warning("the supervisor of %s is gone: killing pid %d", pooled.job, pooled.pid)
                 pooled.client = None
-                signal_tree(psutil.Process(pooled.pid), signal.SIGKILL)
+                kill_pid_tree(pooled.pid)
 
     def reap(self, pool_pids: set[int]) -> None:
         """Send each ended claimed process's exit code to its supervisor, and kill what
@@ -198,7 +195,7 @@ class Claims:
             if code is None:
                 continue
             del self.claimed[pooled.pid]
-            kill_orphans_of(pooled.pid, pooled.job, pool_pids)
+            kill_left_behind(pooled.pid, Env.JOB_DIR, pooled.job, pool_pids)
             if pooled.client is not None:
                 with contextlib.suppress(OSError):
                     wire.send(pooled.client, {"exit": code})

@@ -17,21 +17,17 @@ import contextlib
 import hashlib
 import logging
 import os
-import select
 import socket
 import subprocess
 import sys
 import threading
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import psutil
-
-from ..contract.store import check_private, jobs_root
-from ..launchers.handles import ADOPTED_POLL_SECONDS, AdoptedProcess
-from ..processes import private_bytes, same_process
+from ..contract.private import check_private
+from ..contract.store import jobs_root
+from ..processes import private_bytes, rss, same_process
 from ..timing import poll_until
 from . import wire
 from .kinds import pool_name, pool_prefix
@@ -136,59 +132,25 @@ def _drain_stale(base: Path, prefix: str, current: str) -> None:
                 log.info("drained the stale pool %s", stale.name)
 
 
-class PooledProcess(AdoptedProcess):
-    """A pooled process a job took. Its parent is the keeper, which sends its exit code
-    on the claim's connection. That connection closing first (a lost keeper) leaves only
-    alive-or-not: its code is then what its bye says (the supervisor takes a pooled
-    process's bye), and one that ends without a bye ends with ``EXIT_LOST``, never 0."""
+@dataclass
+class Claimed:
+    """A process the pool handed over: who it is, and the claim's connection, on which
+    the keeper sends its exit code (the launcher's handle reads it:
+    ``launchers/handles.PooledProcess``)."""
 
-    def __init__(self, pid: int, create_time: float, connection: socket.socket):
-        process = same_process(pid, create_time)
-        if process is None:
-            raise psutil.NoSuchProcess(pid)
-        self.pid, self.create_time, self.process = pid, create_time, process
-        self.pooled = True
-        self._connection: socket.socket | None = connection
-        self._code: int | None = None
-        self._ended_at: float | None = None  # when it was seen gone, its keeper gone first
-        self._lock = threading.Lock()
+    pid: int
+    create_time: float
+    connection: socket.socket
 
-    def poll(self) -> int | None:
-        with self._lock:
-            if self._code is not None or self._connection is None:
-                return self._code if self._code is not None else self._without_keeper()
-            readable, _, _ = select.select([self._connection], [], [], 0)
-            if readable:
-                try:
-                    body, _ = wire.receive(self._connection)
-                except (OSError, ValueError):
-                    body = None
-                if body is not None and isinstance(body.get("exit"), int):
-                    self._code = body["exit"]
-                self._connection.close()
-                self._connection = None
-                return self._code if self._code is not None else self._without_keeper()
-            return None
 
-    def _without_keeper(self) -> int | None:
-        """Ended with no keeper to say how: ``EXIT_LOST`` once its bye had time to come
-        (it is sent before the process exits; the supervisor records it first)."""
-        if super().poll() is None:
-            return None
-        now = time.monotonic()
-        if self._ended_at is None:
-            self._ended_at = now
-        return EXIT_LOST if now - self._ended_at >= BYE_GRACE_SECONDS else None
-
-    def wait(self) -> int:
-        while (code := self.poll()) is None:
-            connection = self._connection
-            if connection is not None:
-                with contextlib.suppress(OSError, ValueError):
-                    select.select([connection], [], [], 1.0)
-            else:
-                time.sleep(ADOPTED_POLL_SECONDS)
-        return code
+def exit_code_sent(connection: socket.socket) -> int | None:
+    """The exit code the keeper sent on a claim's ``connection`` (which has something to
+    read); None: it closed without one (a lost keeper)."""
+    try:
+        body, _ = wire.receive(connection)
+    except (OSError, ValueError):
+        body = None
+    return body["exit"] if body is not None and isinstance(body.get("exit"), int) else None
 
 
 def claim(
@@ -196,7 +158,7 @@ def claim(
     request: dict[str, Any],
     output: int | None = None,
     handoff: int | None = None,
-) -> PooledProcess | None:
+) -> Claimed | None:
     """Ask the pool for a process to run ``request`` (argv, env, cwd, log, cpus, job,
     run), handing over this process's network and user namespaces (and ``output``, a descriptor
     its output goes to instead of a ``log`` file; ``handoff``, the memory file its
@@ -220,8 +182,8 @@ def claim(
             connection.close()
             return None
         connection.settimeout(None)
-        return PooledProcess(int(answer["pid"]), float(answer["create_time"]), connection)
-    except (OSError, ValueError, psutil.NoSuchProcess) as exc:
+        return Claimed(int(answer["pid"]), float(answer["create_time"]), connection)
+    except (OSError, ValueError) as exc:
         log.warning("pool claim failed: %s", exc)
         connection.close()
         return None
@@ -307,8 +269,7 @@ def list_pools(root: Path | None = None, base: Path | None = None) -> list[PoolI
         # forked from the zygote, an idle process shares most of its pages with it
         info.memory_bytes = sum(private_bytes(pid) for pid in [*info.idle, *info.starting])
         if info.zygote:
-            with contextlib.suppress(psutil.Error):
-                info.memory_bytes += psutil.Process(info.zygote).memory_info().rss
+            info.memory_bytes += rss(info.zygote)
         found.append(info)
     return found
 

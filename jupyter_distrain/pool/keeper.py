@@ -44,14 +44,11 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import psutil
-
-from ..contract.store import write_atomic
-from ..processes import become_subreaper
+from ..contract.private import write_atomic
+from ..processes import become_subreaper, reap_zombies, start_time
 from . import priority, wire
 from .claims import Claims
 from .kinds import PREIMPORTS, pool_name, pool_prefix
-from .orphans import reap_orphans
 from .settings import Settings
 from .stock import Stock, close_fds
 
@@ -92,8 +89,7 @@ class Keeper:
         signal.set_wakeup_fd(wakeup_write)
         signal.signal(signal.SIGCHLD, lambda *_: None)
         self.selector.register(self._wakeup_read, selectors.EVENT_READ, self._woken)
-        me = psutil.Process()
-        self._me = {"pid": me.pid, "create_time": me.create_time()}
+        self._me = {"pid": os.getpid(), "create_time": start_time(os.getpid())}
 
     def run(self) -> None:
         """Serve until the pool is empty, no job holds one of its processes, and it has
@@ -173,7 +169,7 @@ class Keeper:
     def _reap(self) -> None:
         self.stock.reap()
         self.claims.reap(self._pool_pids())
-        reap_orphans(self._pool_pids())
+        reap_zombies(keep=self._pool_pids())  # what claimed processes left behind
 
     def _accept(self, listener: socket.socket) -> None:
         client, _ = listener.accept()

@@ -19,9 +19,9 @@ import sys
 from collections.abc import Collection, Mapping
 from pathlib import Path
 
-from .. import __version__
 from ..contract.process import Env, JaxEnv
 from ..frameworks import TENSORFLOW_DISTRIBUTIONS, installed_version
+from ..version import __version__
 
 WORKER_MODULE = "jupyter_distrain.worker"  # what a pooled process becomes: the worker bootstrap
 

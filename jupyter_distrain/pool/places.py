@@ -9,7 +9,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from ..contract.store import write_atomic
+from ..contract.private import write_atomic
 from .client import pools_dir
 
 

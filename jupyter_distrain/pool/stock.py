@@ -23,7 +23,7 @@ from typing import Any
 
 import psutil
 
-from ..processes import die_with_parent, private_bytes, signal_pid, tree_rss
+from ..processes import die_with_parent, end_child, private_bytes, signal_pid, tree_rss
 from . import priority, wire
 from .kinds import import_env
 from .settings import Settings
@@ -307,13 +307,7 @@ class Stock:
             log.info("ending %d idle processes: %s", len(self.idle), why)
         for pooled in self._processes():
             self._close_channel(pooled)
-            with contextlib.suppress(ProcessLookupError):
-                pooled.popen.terminate()
-            try:
-                pooled.popen.wait(2)
-            except subprocess.TimeoutExpired:
-                pooled.popen.kill()
-                pooled.popen.wait()
+            end_child(pooled.popen, 2)
         self.idle.clear()
         self.zygote = None
         self.target = 0

@@ -10,8 +10,7 @@ import socket
 from pathlib import Path
 from typing import Any
 
-from ..contract.private import runtime_dir
-from ..contract.store import MAX_SOCKET_PATH
+from ..contract.private import MAX_SOCKET_PATH, runtime_dir
 
 MAX_MESSAGE = 1 << 20
 MAX_FDS = 4

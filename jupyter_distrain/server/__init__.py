@@ -18,7 +18,7 @@ from typing import Any
 from jupyter_server._tz import utcnow
 from tornado.ioloop import PeriodicCallback
 
-from .. import config
+from ..client import config
 from ..contract.process import Env
 from ..contract.store import list_job_dirs
 from .handlers import routes

@@ -22,10 +22,11 @@ from jupyter_server.utils import url_path_join
 from tornado import web
 from tornado.ioloop import IOLoop
 
+from ..client import retention
 from ..client.job import Job
-from ..contract import retention
 from ..contract.process import ProcessId
-from ..contract.store import FINAL_STATES, JOB_ID_RE, JobDir, find_job_dir, list_job_dirs
+from ..contract.status import FINAL_STATES
+from ..contract.store import JOB_ID_RE, JobDir, find_job_dir, list_job_dirs
 from ..contract.tail import LineReader, last_lines
 from .models import job_model
 

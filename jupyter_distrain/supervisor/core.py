@@ -16,11 +16,12 @@ from collections.abc import Callable
 from typing import Any
 
 from ..backends.base import WorkerCommand
+from ..contract.launch import LaunchedProcess, ProcessSpec
 from ..contract.process import ProcessId
 from ..contract.status import FINAL_STATES, JobStatus
 from ..contract.store import JobDir
 from ..contract.tail import last_lines
-from ..launchers.base import LaunchCancelled, LaunchedProcess, ProcessSpec
+from ..launchers.base import LaunchCancelled
 from ..plugins import load_plugin
 from . import events as ev
 from .generation import Generation
@@ -88,16 +89,15 @@ class Supervisor:
         self.scaling = Scaling(self)
         self.processes = ProcessEvents(self)
         self.startup = StartupDeadline(self)
-        self.duties = [self.startup, MemoryWatch(self), ScaleTimeout(self), OrphanReaper(self)]
-        self.duties += [HangWatch(self), StallWatch(self), DiskWatch(self), GpuWatch(self)]
-        self.duties += [LateReports(self), Saver(self)]
+        watches = (MemoryWatch, ScaleTimeout, OrphanReaper, HangWatch, StallWatch, DiskWatch)
+        self.duties = [self.startup, *(w(self) for w in (*watches, GpuWatch, LateReports))]
+        self.duties.append(Saver(self))  # last: saves what the others changed
         self._loop_thread = threading.get_ident()
 
     @property
     def table(self) -> ProcessTable:
         return self.gen.table if self.gen is not None else ProcessTable()
 
-    # --- the loop ------------------------------------------------------------------
     def run(self) -> None:
         """Launch, then apply events until the job ends; every process is gone after."""
         self._loop_thread = threading.get_ident()
@@ -156,7 +156,6 @@ class Supervisor:
     def backend_done(self, error: str | None) -> None:
         self.inbox.post(ev.BackendDone(error))
 
-    # --- state ----------------------------------------------------------------------
     def snapshot(self) -> JobStatus:
         self.status.processes = self.table.rows()
         self.status.helpers = self.table.helper_rows()

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 from ..contract.process import ProcessId
 
 if TYPE_CHECKING:
-    from ..launchers.base import LaunchedProcess, ProcessSpec
+    from ..contract.launch import LaunchedProcess, ProcessSpec
 
 
 @dataclass

@@ -10,10 +10,11 @@ from collections import Counter
 from collections.abc import Callable
 
 from ..backends.base import Backend, JobHost, Plan, WorkerCommand
+from ..contract.launch import LaunchedProcess, ProcessSpec
 from ..contract.process import Env, ProcessId, identity_env
 from ..contract.spec import JobSpec
 from ..contract.store import JobDir
-from ..launchers.base import LaunchedProcess, Launcher, ProcessSpec
+from ..launchers.base import Launcher
 from ..plugins import BACKENDS, LAUNCHERS, load_plugin
 from .events import Exited
 from .table import Entry, ProcessTable, record_exit

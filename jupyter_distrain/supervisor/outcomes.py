@@ -7,9 +7,9 @@ import logging
 import time
 from typing import TYPE_CHECKING, Any
 
+from ..contract.launch import LaunchedProcess
 from ..contract.process import CHECKPOINT_EXIT, ProcessId, metric_number
 from ..contract.status import ProcessRecord
-from ..launchers.base import LaunchedProcess
 from .table import record_exit
 
 if TYPE_CHECKING:

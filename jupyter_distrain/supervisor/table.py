@@ -6,9 +6,9 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 
+from ..contract.launch import LaunchedProcess
 from ..contract.process import ProcessId
 from ..contract.status import ProcessRecord
-from ..launchers.base import LaunchedProcess
 
 
 @dataclass

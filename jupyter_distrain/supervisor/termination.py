@@ -7,7 +7,7 @@ import logging
 import signal
 from collections.abc import Sequence
 
-from ..launchers.base import LaunchedProcess
+from ..contract.launch import LaunchedProcess
 from ..timing import poll_until
 
 log = logging.getLogger(__name__)

@@ -21,7 +21,8 @@ import os
 import signal
 import time
 
-from ..contract.store import JobDir, JobStatus
+from ..contract.status import JobStatus
+from ..contract.store import JobDir
 from ..processes import kill_descendants, kill_tree, reap_zombies
 
 log = logging.getLogger(__name__)

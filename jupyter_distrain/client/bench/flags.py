@@ -16,7 +16,7 @@ from .settings import BACKENDS, BenchSettings
 def add_arguments(parser: Any, defaults: Mapping[str, Any] | None = None) -> None:
     """The bench flags, shared by the magic and the command line. ``defaults``: the
     ``%%distributed`` flags' defaults as the config files set them
-    (:func:`jupyter_distrain.config.flag_defaults`); the launcher flags take theirs from
+    (:func:`jupyter_distrain.client.config.flag_defaults`); the launcher flags take theirs from
     them, as the cell's do."""
     parser.add_argument("--workers", type=int, default=2, help="worker counts 1..N (default 2)")
     parser.add_argument(

@@ -2,6 +2,6 @@
 
 import sys
 
-from jupyter_distrain.launchers.agent.host import main  # absolute: also run as the old name
+from .host import main
 
 sys.exit(main(sys.argv[1:]))

@@ -26,10 +26,10 @@ import threading
 from pathlib import Path
 from typing import IO, Any
 
-from ... import __version__
 from ...contract.control import CONTROL_FILE, ControlInfo
 from ...contract.handoff import Handoff
-from ..base import LaunchedProcess
+from ...contract.launch import LaunchedProcess
+from ...version import __version__
 from .host import CARRIED, COPIED, HANDED, KILL, MARK, PING, PROTOCOL, SIGNAL
 
 log = logging.getLogger(__name__)

@@ -40,8 +40,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import IO
 
+from ...contract.launch import ProcessSpec, Slot
 from ...contract.process import Env
-from ..base import ProcessSpec, Slot
 from .host import CHECKPOINTS, RESULT
 
 log = logging.getLogger(__name__)

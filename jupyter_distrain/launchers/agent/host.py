@@ -63,9 +63,10 @@ import time
 from pathlib import Path, PurePosixPath
 from typing import IO, Any, Protocol
 
-from ... import __version__, processes
+from ... import processes
 from ...contract.handoff import memory_file
 from ...contract.process import Env
+from ...version import __version__
 
 # What the launcher and this agent must agree on: raised with every change to the
 # commands, their arguments or their answers (the pre-flight refuses another).
@@ -437,7 +438,8 @@ def run(directory: Path) -> int:
         sys.stderr.write(f"the job's files did not come within {FILES_WAIT:g} s\n")
         return 1
     env = {**os.environ, **request["env"]}
-    pool_socket = pool_for(request, env)  # its keeper is not ours to sweep: before this
+    # its keeper is not ours to sweep: before this
+    pool_socket = pool_for(request, env, Path.home() / JOBS_ROOT)
     processes.become_subreaper()
     _wait_for_sockets(request.get("sockets", []))
     os.chdir(directory)
@@ -642,7 +644,7 @@ def main(argv: list[str]) -> int:
     if args.command == "pools":
         from .pooled import pools
 
-        print(json.dumps(pools(args.drain)), flush=True)
+        print(json.dumps(pools(args.drain, Path.home() / JOBS_ROOT)), flush=True)
         return 0
     directory = Path(args.directory).expanduser()
     if args.command == "unpack":

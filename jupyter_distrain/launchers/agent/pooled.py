@@ -24,8 +24,7 @@ from ...contract.process import Env
 from ...contract.spec import JobSpec
 from ...pool import client as pool_client
 from ...pool import kinds as pool_kinds
-from ...pool.client import PooledProcess
-from .host import JOBS_ROOT
+from ..handles import PooledProcess
 
 log = logging.getLogger(__name__)
 
@@ -54,18 +53,19 @@ def pool_request(
     }
 
 
-def host_pools(create: bool = False) -> Path:
-    """This host's pools directory (under the agent's jobs root, made if need be)."""
-    root = Path.home() / JOBS_ROOT
+def host_pools(root: Path, create: bool = False) -> Path:
+    """This host's pools directory under the agent's jobs directory ``root`` (made if
+    need be)."""
     if create:
         root.mkdir(mode=0o700, parents=True, exist_ok=True)
     return pool_client.host_pools_dir(root, create=create)
 
 
-def pool_for(request: dict[str, Any], env: dict[str, str]) -> str | None:
+def pool_for(request: dict[str, Any], env: dict[str, str], root: Path) -> str | None:
     """The socket of this host's pool for ``request`` (its keeper started, detached, if
     none runs: call this before the agent becomes a subreaper); None when the process
-    is to start cold (not a worker bootstrap the launcher asked to pool, no pool here)."""
+    is to start cold (not a worker bootstrap the launcher asked to pool, no pool here).
+    ``root``: the agent's jobs directory."""
     pool, argv = request.get("pool"), request["argv"]
     if not isinstance(pool, dict) or pool.get("kind") not in pool_kinds.PREIMPORTS:
         return None
@@ -74,7 +74,7 @@ def pool_for(request: dict[str, Any], env: dict[str, str]) -> str | None:
     settings = {str(k): str(v) for k, v in dict(pool.get("settings") or {}).items()}
     try:
         return pool_client.ensure(
-            pool["kind"], {**env, **settings}, base=host_pools(create=True), detach=True
+            pool["kind"], {**env, **settings}, base=host_pools(root, create=True), detach=True
         )
     except OSError as exc:
         log.info("no warm pool on this host: %s", exc)
@@ -101,7 +101,9 @@ def from_pool(
     }
     handed = memory_file(request["handoff"]) if "handoff" in request else None
     try:
-        handle = pool_client.claim(socket_path, claim, sys.stdout.fileno(), handed)
+        handle = PooledProcess.of(
+            pool_client.claim(socket_path, claim, sys.stdout.fileno(), handed)
+        )
     finally:
         if handed is not None:
             os.close(handed)
@@ -112,11 +114,11 @@ def from_pool(
     return handle, presence
 
 
-def pools(drain: bool) -> list[dict[str, Any]]:
-    """This host's pools (``pools`` command); with ``drain``, those asked to end (as
-    they were when asked)."""
+def pools(drain: bool, root: Path) -> list[dict[str, Any]]:
+    """This host's pools (``pools`` command) under the agent's jobs directory ``root``;
+    with ``drain``, those asked to end (as they were when asked)."""
     import dataclasses
 
-    base = host_pools()
+    base = host_pools(root)
     found = pool_client.drain_pools(base) if drain else pool_client.list_pools(base=base)
     return [dataclasses.asdict(info) for info in found]

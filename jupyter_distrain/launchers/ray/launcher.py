@@ -45,13 +45,14 @@ from pathlib import Path
 from typing import Any
 
 from ...contract.cellcheck import uses_horovod_elastic
+from ...contract.launch import LaunchedProcess, ProcessSpec, Slot
 from ...contract.private import runtime_dir
 from ...contract.spec import JobSpec, SpecError
 from ..agent.client import EXIT_LOST, handoff_of, job_files_archive, other_version
 from ..agent.delivery import Delivery, PulledStream, Received, one_line, result_slots
 from ..agent.host import PROTOCOL, route_source
 from ..agent.pooled import pool_request
-from ..base import LaunchedProcess, Launcher, LauncherOption, ProcessSpec, Slot
+from ..base import Launcher, LauncherOption
 from ..isolation import private_network
 from ..limits import thread_env
 from .node import ROOT, SlotAgent
@@ -288,21 +289,24 @@ class SlotActor:
     iface: str
 
 
+RAY_OPTIONS = (
+    LauncherOption(
+        "ray_address",
+        str,
+        "",
+        "ray launcher: the Ray cluster (host:port or ray://...; default a running one, "
+        "else a local one)",
+        flag="--address",
+        only_for="the Ray launcher",
+    ),
+)
+
+
 class RayLauncher(Launcher):
     """Places every slot of a generation in one placement group (see the module docstring)."""
 
     name = "ray"
-    declared_options = (
-        LauncherOption(
-            "ray_address",
-            str,
-            "",
-            "ray launcher: the Ray cluster (host:port or ray://...; default a running one, "
-            "else a local one)",
-            flag="--address",
-            only_for="the Ray launcher",
-        ),
-    )
+    declared_options = RAY_OPTIONS
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)

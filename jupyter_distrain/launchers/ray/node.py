@@ -26,8 +26,9 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from ... import __version__, processes
+from ... import processes
 from ...contract.process import Env
+from ...version import __version__
 from ..agent import host as agent_host
 from ..agent.client import HANG_UP_SECONDS, AgentClient
 

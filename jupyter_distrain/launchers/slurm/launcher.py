@@ -44,6 +44,7 @@ from pathlib import Path
 from typing import Any
 
 from ...contract.cellcheck import uses_horovod_elastic
+from ...contract.launch import LaunchedProcess, ProcessSpec, Slot
 from ...contract.process import Env
 from ...contract.spec import JobSpec, SpecError
 from ...contract.store import JobDir
@@ -57,7 +58,7 @@ from ..agent.client import (
 )
 from ..agent.delivery import Delivery, PulledStream, one_line, result_slots
 from ..agent.host import PROTOCOL
-from ..base import LaunchedProcess, Launcher, LauncherOption, ProcessSpec, Slot, in_range, matching
+from ..base import Launcher, LauncherOption, in_range, matching
 from ..limits import thread_env
 from .cluster import (
     Allocation,
@@ -113,53 +114,54 @@ def _not_negative(flag: str, value: Any) -> None:
         raise SpecError(f"{flag} must be seconds >= 0, got {value!r}")
 
 
+SLURM_OPTIONS = (
+    _own(
+        "partition",
+        str,
+        "",
+        "the partition (default: Slurm's default one)",
+        matching(r"^[A-Za-z0-9_.,-]{1,64}$", "a partition name (or names, with commas)"),
+    ),
+    _own(
+        "time",
+        str,
+        "",
+        "the allocation's time limit (Slurm's format: 30, 1:00:00, 1-0)",
+        matching(r"^[0-9:-]{1,16}$", "a Slurm time limit (minutes, [D-]HH:MM:SS)"),
+    ),
+    _own("account", str, "", "the account to charge", matching(NAME, "an account name")),
+    _own("qos", str, "", "the quality of service", matching(NAME, "a QOS name")),
+    _own(
+        "nodes",
+        int,
+        0,
+        "how many nodes the tasks spread over (default: Slurm's choice)",
+        in_range(0, 100_000, "a number of nodes >= 0"),
+    ),
+    _own(
+        "options",
+        str,
+        "",
+        "more sbatch options for the allocation, as one string",
+        flag="--sbatch-options",
+    ),
+    _own(
+        "queue_timeout",
+        float,
+        0.0,
+        "seconds the allocation may wait in Slurm's queue, then it is cancelled "
+        "(default 0: no limit)",
+        _not_negative,
+    ),
+    LauncherOption("remote_python", str, "", "ssh, slurm launchers: the interpreter on the hosts"),
+)
+
+
 class SlurmLauncher(Launcher):
     """Runs each generation as one step of a Slurm allocation (see the module docstring)."""
 
     name = "slurm"
-    declared_options = (
-        _own(
-            "partition",
-            str,
-            "",
-            "the partition (default: Slurm's default one)",
-            matching(r"^[A-Za-z0-9_.,-]{1,64}$", "a partition name (or names, with commas)"),
-        ),
-        _own(
-            "time",
-            str,
-            "",
-            "the allocation's time limit (Slurm's format: 30, 1:00:00, 1-0)",
-            matching(r"^[0-9:-]{1,16}$", "a Slurm time limit (minutes, [D-]HH:MM:SS)"),
-        ),
-        _own("account", str, "", "the account to charge", matching(NAME, "an account name")),
-        _own("qos", str, "", "the quality of service", matching(NAME, "a QOS name")),
-        _own(
-            "nodes",
-            int,
-            0,
-            "how many nodes the tasks spread over (default: Slurm's choice)",
-            in_range(0, 100_000, "a number of nodes >= 0"),
-        ),
-        _own(
-            "options",
-            str,
-            "",
-            "more sbatch options for the allocation, as one string",
-            flag="--sbatch-options",
-        ),
-        _own(
-            "queue_timeout",
-            float,
-            0.0,
-            "seconds the allocation may wait in Slurm's queue, then it is cancelled "
-            "(default 0: no limit)",
-            _not_negative,
-        ),
-        LauncherOption(
-            "remote_python", str, "", "ssh, slurm launchers: the interpreter on the hosts"
-        ),
-    )
+    declared_options = SLURM_OPTIONS
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)

@@ -46,7 +46,8 @@ import threading
 from pathlib import Path
 from typing import IO
 
-from ... import __version__, processes
+from ... import processes
+from ...version import __version__
 from ..agent import host as agent_host
 
 ALL = "*"

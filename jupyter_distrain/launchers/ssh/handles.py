@@ -7,8 +7,8 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
+from ...contract.launch import LaunchedProcess
 from ..agent.client import HANG_UP_SECONDS, AgentClient, AgentProcess
-from ..base import LaunchedProcess
 
 
 class SshProcess(AgentProcess):

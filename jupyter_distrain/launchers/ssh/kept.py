@@ -23,9 +23,8 @@ import os
 from pathlib import Path
 from typing import Any
 
-from ...contract.private import is_private_dir
+from ...contract.private import is_private_dir, runtime_dir, write_atomic
 from ...contract.process import Env
-from ...contract.store import runtime_dir, write_atomic
 from .session import CONTROL_DIR_CHARS, SshOptions, on_each
 
 log = logging.getLogger(__name__)

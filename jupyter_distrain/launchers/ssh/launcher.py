@@ -18,7 +18,6 @@ the process tree on its host when its connection ends or goes silent.
 from __future__ import annotations
 
 import dataclasses
-import json
 import logging
 import secrets
 import shutil
@@ -29,22 +28,24 @@ from pathlib import Path
 from typing import Any
 
 from ...contract.cellcheck import uses_horovod_elastic
+from ...contract.launch import LaunchedProcess, ProcessSpec, Slot
+from ...contract.private import runtime_dir
 from ...contract.process import Env
 from ...contract.spec import JobSpec, SpecError
-from ...contract.store import runtime_dir
-from ..agent.client import HANG_UP_SECONDS, job_files_archive, live_job_ids, notebook_id
+from ..agent.client import HANG_UP_SECONDS
 from ..agent.delivery import Delivery, result_slots
 from ..agent.pooled import pool_request
-from ..base import LaunchedProcess, Launcher, LauncherOption, ProcessSpec, Slot, in_range, matching
+from ..base import Launcher, LauncherOption, in_range, matching
 from ..limits import thread_env
 from .bring_back import bring_back
+from .carry import Carrier, check_each
 from .handles import RemoteRank, SshProcess
 from .kept import close_kept, kept, kept_masters
 from .mpi import start_mpirun
 from .pools import host_pools
 from .pools import remember as remember_pool_host
 from .preflight import RemoteHost, preflight
-from .session import CONTROL_DIR_CHARS, RemoteError, SshOptions, agent_answer, on_each
+from .session import CONTROL_DIR_CHARS, SshOptions, on_each
 
 log = logging.getLogger(__name__)
 
@@ -60,49 +61,52 @@ def _control_dir() -> str:
     return str(path)
 
 
+SSH_OPTIONS = (
+    LauncherOption(
+        "hosts",
+        str,
+        "",
+        "ssh launcher: host:slots,... or a hostfile",
+        only_for="a multi-host launcher",
+    ),
+    LauncherOption(
+        "ssh_port",
+        int,
+        22,
+        "ssh launcher: the port",
+        check=in_range(1, 65535, "a port number 1-65535"),
+    ),
+    LauncherOption(
+        "ssh_user",
+        str,
+        "",
+        "ssh launcher: the user on the hosts",
+        check=matching(r"^[a-z_][a-z0-9_.-]{0,31}$", "a user name"),
+    ),
+    LauncherOption("ssh_identity", str, "", "ssh launcher: private key", metavar="FILE"),
+    LauncherOption("ssh_known_hosts", str, "", "ssh launcher: known_hosts", metavar="FILE"),
+    LauncherOption(
+        "ssh_accept_new_hosts",
+        bool,
+        False,
+        "ssh launcher: accept and record the key of a host seen for the first time",
+    ),
+    LauncherOption("remote_python", str, "", "ssh launcher: the interpreter on the hosts"),
+    LauncherOption(
+        "network_interface",
+        str,
+        "",
+        "ssh launcher: the interface to use",
+        check=matching(r"^[A-Za-z0-9_.:@-]{1,15}$", "an interface name"),
+    ),
+)
+
+
 class SshLauncher(Launcher):
     """Places slots on ``--hosts`` in order, filling each host's slots first."""
 
     name = "ssh"
-    declared_options = (
-        LauncherOption(
-            "hosts",
-            str,
-            "",
-            "ssh launcher: host:slots,... or a hostfile",
-            only_for="a multi-host launcher",
-        ),
-        LauncherOption(
-            "ssh_port",
-            int,
-            22,
-            "ssh launcher: the port",
-            check=in_range(1, 65535, "a port number 1-65535"),
-        ),
-        LauncherOption(
-            "ssh_user",
-            str,
-            "",
-            "ssh launcher: the user on the hosts",
-            check=matching(r"^[a-z_][a-z0-9_.-]{0,31}$", "a user name"),
-        ),
-        LauncherOption("ssh_identity", str, "", "ssh launcher: private key", metavar="FILE"),
-        LauncherOption("ssh_known_hosts", str, "", "ssh launcher: known_hosts", metavar="FILE"),
-        LauncherOption(
-            "ssh_accept_new_hosts",
-            bool,
-            False,
-            "ssh launcher: accept and record the key of a host seen for the first time",
-        ),
-        LauncherOption("remote_python", str, "", "ssh launcher: the interpreter on the hosts"),
-        LauncherOption(
-            "network_interface",
-            str,
-            "",
-            "ssh launcher: the interface to use",
-            check=matching(r"^[A-Za-z0-9_.:@-]{1,15}$", "an interface name"),
-        ),
-    )
+    declared_options = SSH_OPTIONS
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -115,11 +119,8 @@ class SshLauncher(Launcher):
                 given, control_path=f"{self._control_dir}/%C" if self._control_dir else ""
             )
         self.hosts = [RemoteHost(**h) for h in self.spec.placement]
-        self._free_ports: dict[str, list[int]] = {h.name: [] for h in self.hosts}
+        self._files = Carrier(self.job, self.options, self._host)
         self._forwards: dict[str, list[str]] = {}  # by host name: on its master
-        self._unpacked: set[str] = set()  # hosts that have the job's directory
-        self._to_carry: set[str] = set()  # hosts whose files have not gone this generation
-        self._carrying: set[str] = set()  # hosts whose files go with a session this generation
         self._processes: list[SshProcess] = []  # every session: processes and guards
         self._guards: dict[str, SshProcess] = {}  # by host name: for mpirun's ranks
         self._mpirun: LaunchedProcess | None = None
@@ -190,29 +191,16 @@ class SshLauncher(Launcher):
                 if len(slots) < n:
                     slots.append(Slot(host.name, host.address, len(slots), local, host.iface))
         used = list(dict.fromkeys(s.host for s in slots))
-        self._check(on_each(used, self._open_master))
-        self._to_carry, self._carrying = set(used), set()  # this generation's files
+        check_each(on_each(used, self._open_master))
+        self._files.new_generation(used)
         if self.spec.uses_mpirun():  # its ranks need the guard sessions' forwards
-            self._unpack_all(used)
+            self._files.unpack_all(used)
             for name in used:
                 self._guard(name)
         return slots
 
-    @staticmethod
-    def _check(results: list[Any]) -> None:
-        failures = [r for r in results if isinstance(r, RemoteError)]
-        if failures:
-            raise RuntimeError("; ".join(map(str, failures)))
-
     def _open_master(self, name: str) -> None:
         self.options.open_master(name, timeout=self.spec.timeout)
-
-    def _unpack_all(self, names: list[str]) -> None:
-        """The job's files to the hosts ``names`` whose files have not gone this
-        generation, each in a round trip of its own (their free ports come back)."""
-        names = [n for n in names if n in self._to_carry]
-        self._to_carry.difference_update(names)
-        self._check(on_each(names, self._unpack))
 
     def _guard(self, name: str) -> None:
         """A session that holds ``name`` for the ranks mpirun starts there: it forwards
@@ -226,31 +214,6 @@ class SshLauncher(Launcher):
         log_path = self.job.logs_dir / f"guard-{self._host(name).hostname}.log"
         self._guards[name] = self._session(name, ["guard", directory], forwards, log_path)
 
-    def _claims(self) -> dict[str, Any]:
-        """What a host's sweep needs: this notebook's id and its jobs that still live."""
-        root = self.job.path.parent
-        return {"notebook": notebook_id(root), "live": [*live_job_ids(root), self.job.id]}
-
-    def _unpack(self, name: str) -> None:
-        """The job's files to ``name``, after the sweep of what this notebook's ended
-        jobs left there; the host's free ports come back."""
-        claims = self._claims()
-        host = self._host(name)
-        args = ["unpack", self._directory(name), "--owner", claims["notebook"], "--leftovers"]
-        args += ["--address", host.address, "--ports", str(host.slots + 2)]
-        files = job_files_archive(self.job.path)
-        out = self.options.run(name, args, json.dumps(claims).encode() + b"\n" + files)
-        answer = agent_answer(name, out)
-        try:
-            ports, removed = list(map(int, answer["ports"])), list(map(str, answer["removed"]))
-        except (ValueError, KeyError, TypeError):
-            raise RemoteError(f"host {name}: the agent answered {out[:200]!r}") from None
-        if removed:
-            log.info("host %s: removed what ended jobs left there: %s", name, ", ".join(removed))
-        free = self._free_ports[name]
-        free.extend(p for p in ports if p not in free)
-        self._unpacked.add(name)
-
     def _directory(self, name: str) -> str:
         return self._host(name).directory(self.job.id)
 
@@ -258,11 +221,7 @@ class SshLauncher(Launcher):
         return self.hosts[0].driver
 
     def reserve_ports(self, slots: list[Slot]) -> list[int]:
-        self._unpack_all(list(dict.fromkeys(slot.host for slot in slots)))
-        try:
-            return [self._free_ports[slot.host].pop(0) for slot in slots]
-        except IndexError:
-            raise RuntimeError("the pre-flight reserved too few ports") from None
+        return self._files.reserve_ports(slots)
 
     def start(self, proc: ProcessSpec, log_path: Path) -> LaunchedProcess:
         self._result_hosts.update(slot.host for slot in result_slots(proc))
@@ -294,26 +253,10 @@ class SshLauncher(Launcher):
             if name not in self._pooled_hosts:
                 self._pooled_hosts.add(name)
                 remember_pool_host(name, self.options)
-        payload = self._files_for(name, request)
+        request["run"] = self.run_id
+        payload = self._files.files_for(name, request)
         # not waiting for its pid: the next start's ssh connects meanwhile
         return self._session(name, ["run", directory], forwards, log_path, request, payload)
-
-    def _files_for(self, name: str, request: dict[str, Any]) -> bytes:
-        """The job's files when this session is the first of the generation on host
-        ``name`` (announced in ``request``); the host's next sessions wait for them."""
-        request["run"] = self.run_id
-        if name in self._carrying:
-            request["wait_files"] = True
-            return b""
-        if name not in self._to_carry:  # unpacked already (ports, mpirun)
-            return b""
-        self._to_carry.discard(name)
-        self._carrying.add(name)
-        self._unpacked.add(name)
-        files = job_files_archive(self.job.path)
-        claims = self._claims()
-        request["files"] = {"bytes": len(files), "owner": claims["notebook"], "claims": claims}
-        return files
 
     def _session(
         self,
@@ -361,7 +304,7 @@ class SshLauncher(Launcher):
     def close(self) -> None:
         self.sweep()
         delivery = Delivery(self.job.path, self.warn)
-        names = sorted(self._unpacked)
+        names = sorted(self._files.unpacked)
         failures = on_each(
             names,
             lambda name: bring_back(
@@ -379,6 +322,6 @@ class SshLauncher(Launcher):
         else:
             on_each([h.name for h in self.hosts], self.options.close_master)
         self._forwards.clear()
-        self._unpacked.clear()
+        self._files.unpacked.clear()
         if self._control_dir:
             shutil.rmtree(self._control_dir, ignore_errors=True)

@@ -12,10 +12,11 @@ import threading
 from pathlib import Path
 from typing import Any
 
+from ...contract.launch import LaunchedProcess, ProcessSpec
 from ...contract.process import HOST_PLACEHOLDER, Env, ProcessId
 from ...contract.store import JobDir
 from ...processes import die_with_parent
-from ..base import LaunchedProcess, Launcher, ProcessSpec
+from ..base import Launcher
 from ..handles import LocalProcess
 from ..limits import thread_env
 from .preflight import REMOTE_ROOT, RemoteHost

@@ -19,11 +19,10 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-import psutil
-
+from .. import processes
+from ..contract.process import Env
+from ..contract.store import JobDir, find_job_dir, jobs_root, list_job_dirs
 from ..timing import poll_until
-from .process import Env
-from .store import JobDir, find_job_dir, jobs_root, list_job_dirs
 
 log = logging.getLogger(__name__)
 
@@ -80,7 +79,7 @@ def finished_at(job_dir: JobDir, settle: float = 0.0) -> float | None:
     if status.done and status.ended:
         return status.ended
     here = status.launcher in ("", "local")  # other launchers' pids are the hosts'
-    if here and any(psutil.pid_exists(pid) for pid in status.pids()):
+    if here and processes.any_running(status.pids()):
         return None  # its supervisor died, and something it recorded may still run
     try:
         return job_dir.state_file.stat().st_mtime

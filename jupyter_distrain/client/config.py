@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .contract.process import Env
+from ..contract.process import Env
 
 SECTION = "Distrain"
 FILE_STEM = "jupyter_distrain_config"
@@ -84,7 +84,7 @@ _applied: dict[str, str] = {}
 
 
 def _flags() -> list[Any]:
-    from .client.flags import flag_table
+    from .flags import flag_table
 
     return [f for f in flag_table() if f.dest not in _PER_CELL and f.kind in _TRAIT_OF_KIND]
 
