@@ -1,7 +1,9 @@
-"""The JupyterLab extension's "Distribute cell..." form refuses a bad value with the
-magic's own message: the cases its Jest tests check (labextension/src/__tests__/
-validation-cases.json) are checked here against the magic itself; and the form's flags
-(magicline.ts's FLAGS) are the magic's flag table, so the two cannot drift."""
+"""The JupyterLab extension's "Distribute cell..." form takes its flags from the server
+(``GET /distrain/flags``: the flag table) and asks the server whether the magic would
+take a line (``POST /distrain/flags/check``), which answers in the magic's own words:
+the cases of labextension/src/__tests__/validation-cases.json are checked here against
+the magic and against that check; the flag table the Jest tests use (flags.json) is the
+server's, so the two cannot drift."""
 
 from __future__ import annotations
 
@@ -14,11 +16,11 @@ from IPython.core.error import UsageError
 from IPython.core.interactiveshell import InteractiveShell
 
 from jupyter_distrain.client import api
-from jupyter_distrain.client.flags import flag_table
-from jupyter_distrain.client.magics import DistributedMagics
-from jupyter_distrain.plugins import BACKENDS, LAUNCHERS, plugin_names
+from jupyter_distrain.client.flags import flag_models, flag_table
+from jupyter_distrain.client.magics import DistributedMagics, line_error
 
-CASES = Path(__file__).parent.parent / "labextension/src/__tests__/validation-cases.json"
+SOURCES = Path(__file__).parent.parent / "labextension/src"
+CASES = SOURCES / "__tests__/validation-cases.json"
 
 
 class Submitted(Exception):
@@ -40,54 +42,28 @@ def test_the_form_gives_the_magics_message(magics, line, message):
         magics._start(line, "pass\n")
     if message is not None:
         assert str(raised.value) == message
+    assert line_error(line) == message  # what the form is told
 
 
-MAGICLINE = Path(__file__).parent.parent / "labextension/src/magicline.ts"
-_TS_FLAG = re.compile(
-    r"\{ name: '(?P<name>[^']+)', kind: '(?P<kind>\w+)', default: '(?P<default>[^']*)'"
-    r"(?:, short: '(?P<short>\w)')? \}"
-)
-
-
-def _ts_default(value: object) -> str:
-    """A default as magicline.ts writes it: '' for none (and for a switch or a list)."""
-    if value is None or value is False or value in ([], ""):
-        return ""
-    return f"{value:g}" if isinstance(value, float) else str(value)
-
-
-def test_the_forms_flags_are_the_flag_tables():
-    source = MAGICLINE.read_text()
-    listed = source[source.index("export const FLAGS") : source.index("];")]
-    in_ts = {m["name"]: m.groupdict() for m in _TS_FLAG.finditer(listed)}
-    table = {
-        flag.flag.removeprefix("--"): {
-            "name": flag.flag.removeprefix("--"),
-            "kind": flag.kind,
-            "default": _ts_default(flag.default),
-            "short": flag.short.removeprefix("-") or None,
-        }
-        for flag in flag_table()
-    }
-    assert in_ts == table
-    for flag in flag_table():  # the values the form checks a flag against, as a TS list
-        if flag.choices:
-            assert "[" + ", ".join(f"'{c}'" for c in flag.choices) + "]" in source, flag.flag
-
-
-def test_the_forms_fields_are_flags_of_the_table_with_its_choices():
-    source = (MAGICLINE.parent / "distribute.ts").read_text()
-    fields = re.findall(
-        r"flag: '([^']+)',[^}]*?kind: '(\w+)'(?:,\s*options: \[([^\]]*)\])?", source
+def test_the_jest_tests_flag_table_is_the_servers():
+    fixture = json.loads((SOURCES / "__tests__/flags.json").read_text())
+    assert fixture == flag_models(), (
+        "regenerate it: python -c 'import json; from jupyter_distrain.client.flags import "
+        "flag_models; print(json.dumps(flag_models(), indent=2))' > "
+        "labextension/src/__tests__/flags.json"
     )
+
+
+def test_the_form_lists_no_flag_of_its_own():
+    """Its fields name flags of the table (their values from the server); a launcher's
+    options are not among them: they come with the table."""
+    source = (SOURCES / "distribute.ts").read_text()
+    fields = re.findall(r"\{ flag: '([^']+)', label: '[^']*', kind: '(\w+)'", source)
     table = {flag.flag.removeprefix("--"): flag for flag in flag_table()}
-    choices = {
-        "backend": ("auto", *plugin_names(BACKENDS)),
-        "launcher": tuple(plugin_names(LAUNCHERS)),
-        **{name: flag.choices for name, flag in table.items() if flag.choices},
-    }
     assert len(fields) > 10
-    for name, kind, options in fields:
-        assert name in table, name
+    for name, kind in fields:
+        assert name in table and not table[name].option, name
         if kind == "select":
-            assert set(re.findall(r"'([^']+)'", options)) == set(choices[name]), name
+            assert name in ("backend", "launcher") or table[name].choices, name
+    for ts in SOURCES.glob("*.ts"):  # no list of flags anywhere in the extension
+        assert "ssh-port" not in ts.read_text() and "sbatch" not in ts.read_text(), ts.name

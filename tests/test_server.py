@@ -22,6 +22,7 @@ from jupyter_server.auth.authorizer import AllowAllAuthorizer
 from tornado.httpclient import HTTPClientError
 
 from jupyter_distrain.client import api
+from jupyter_distrain.client.flags import flag_models
 from jupyter_distrain.client.job import Job
 from jupyter_distrain.contract.spec import JobSpec
 from jupyter_distrain.contract.store import JobDir
@@ -233,14 +234,50 @@ async def test_every_route_needs_authentication(jp_fetch):
         ("DELETE", ("distrain", "jobs", job.id)),
         ("GET", ("distrain", "jobs", job.id, "logs")),
         ("GET", ("distrain", "jobs", job.id, "metrics")),
+        ("GET", ("distrain", "flags")),
+        ("POST", ("distrain", "flags", "check")),
     ]
     for method, parts in routes:
-        body = json.dumps({"workers": 3}) if method == "PATCH" else None
+        body = {"PATCH": json.dumps({"workers": 3}), "POST": json.dumps({"line": ""})}.get(method)
         code, _ = await _error(
             jp_fetch, *parts, method=method, body=body, headers={"Authorization": ""}
         )
         assert code == 403, (method, parts)
     assert job.state == "succeeded" and job.spec.workers == 2  # nothing was changed
+
+
+async def test_the_flags_are_the_magics_and_a_line_is_checked_as_the_magic_does(
+    jp_fetch, jobs_root
+):
+    """The form's fields come from the flag table (a launcher's options included), and
+    its check is the magic's own, message for message; nothing is submitted."""
+    served = _json(await jp_fetch("distrain", "flags"))
+    assert served == flag_models()
+    by_name = {flag["name"]: flag for flag in served["flags"]}
+    assert by_name["workers"]["short"] == "n" and by_name["workers"]["default"] == "1"
+    assert by_name["ssh-port"] == {
+        **by_name["ssh-port"],
+        "option": "ssh_port",
+        "launchers": ["ssh"],
+    }
+    assert "slurm" in served["launchers"] and "auto" in served["backends"]
+
+    async def check(line):
+        answer = await jp_fetch(
+            "distrain", "flags", "check", method="POST", body=json.dumps({"line": line})
+        )
+        return _json(answer)["error"]
+
+    assert await check("--workers 2 --backend plain") is None
+    assert await check("--workers 0") == "--workers must be a whole number >= 1, got 0"
+    assert await check("--ssh-port 0 --launcher ssh --hosts h") == (
+        "--ssh-port must be a port number 1-65535, got 0"
+    )
+    assert await check("--hosts h1") == "--hosts is for a multi-host launcher: add --launcher ssh"
+    assert await check("--wrokers 2") == "unrecognized arguments: --wrokers 2"
+    assert list(jobs_root.iterdir()) == []
+    code, message = await _error(jp_fetch, "distrain", "flags", "check", method="POST", body="[1]")
+    assert code == 400 and "line" in message
 
 
 async def test_a_browser_session_needs_the_xsrf_token_to_change_a_job(

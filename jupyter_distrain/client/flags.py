@@ -1,9 +1,9 @@
 """The flag table: every ``%%distributed`` flag once, with the
 :class:`~jupyter_distrain.contract.spec.JobSpec` field or launcher option it sets.
 
-The magic's arguments, its line -> spec mapping and ``bench``'s launcher flags are built
-from :func:`flag_table`; ``tests/test_labextension.py`` checks the form's list
-(``labextension/src/magicline.ts``) against it. A launcher's flags come from its own
+The magic's arguments, its line -> spec mapping, ``bench``'s launcher flags and the
+JupyterLab form's fields (:func:`flag_models`, served as ``GET /distrain/flags``) are
+built from :func:`flag_table`. A launcher's flags come from its own
 ``declared_options`` (:class:`~jupyter_distrain.launchers.base.LauncherOption`), found
 through the launchers' entry points: a new launcher option is declared there only.
 """
@@ -54,6 +54,7 @@ class Flag:
     metavar: str | None = None
     choices: tuple[str, ...] = ()  # checked by JobSpec.validate, with its one-line message
     to_spec: Callable[[Any], Any] | None = None  # the parsed value -> the field's
+    launchers: tuple[str, ...] = ()  # a launcher option's: the launchers declaring it
 
     @property
     def dest(self) -> str:
@@ -67,6 +68,23 @@ class Flag:
         if self.metavar:
             keywords["metavar"] = self.metavar
         parser.add_argument(*names, **keywords)
+
+    def model(self) -> dict[str, Any]:
+        """As plain JSON, for the JupyterLab form: the default as a line would write it
+        ("" for none, a switch or a list)."""
+        default = self.default
+        if default is None or default is False or default in ([], ""):
+            default = ""
+        return {
+            "name": self.flag.removeprefix("--"),
+            "kind": self.kind,
+            "default": f"{default:g}" if isinstance(default, float) else str(default),
+            "short": self.short.removeprefix("-"),
+            "help": self.help,
+            "choices": list(self.choices),
+            "option": self.option,
+            "launchers": list(self.launchers),
+        }
 
 
 def _negated(value: bool) -> bool:
@@ -86,6 +104,7 @@ def launcher_flags() -> list[Flag]:
                 option.help,
                 option=name,
                 metavar=option.metavar,
+                launchers=tuple(owner for owner, _ in declared),
             )
         )
     return flags
@@ -202,6 +221,17 @@ def flag_table() -> tuple[Flag, ...]:
         *launcher_flags(),
         Flag("--background", "bool", False, "return a Job handle at once instead of waiting"),
     )
+
+
+def flag_models() -> dict[str, Any]:
+    """Every flag as plain JSON (``GET /distrain/flags``), in a written line's order, and
+    the names ``--backend`` and ``--launcher`` take: what the JupyterLab form builds its
+    fields from and reads and writes a ``%%distributed`` line with."""
+    return {
+        "flags": [flag.model() for flag in flag_table()],
+        "backends": ["auto", *plugin_names(BACKENDS)],
+        "launchers": plugin_names(LAUNCHERS),
+    }
 
 
 def spec_from_args(args: argparse.Namespace, code: str) -> JobSpec:

@@ -37,6 +37,31 @@ def _flag_defaults() -> dict[str, Any]:
         raise UsageError(str(exc)) from None
 
 
+def checked_spec(line: str, cell: str) -> tuple[JobSpec, Any]:
+    """The spec a ``%%distributed`` line (the words after the magic's name; the flags'
+    defaults from the config files) describes for ``cell``, checked as the magic checks
+    it before it submits, and the parsed flags; a :class:`UsageError` with the magic's
+    one-line message where it would refuse them."""
+    magic = DistributedMagics.distributed
+    magic.parser.set_defaults(**_flag_defaults())
+    args = parse_argstring(magic, line)
+    try:
+        return check_launcher_options(spec_from_args(args, cell).validate()), args
+    except SpecError as exc:
+        raise UsageError(str(exc)) from None
+
+
+def line_error(line: str) -> str | None:
+    """What ``%%distributed`` would refuse this line's flags with, in its words; None
+    when it would take them (the JupyterLab form's check: ``POST /distrain/flags/check``).
+    Backend and launcher names are checked at submit, as the magic does."""
+    try:
+        checked_spec(line, "")
+    except UsageError as exc:
+        return str(exc)
+    return None
+
+
 def _line_parser() -> MagicArgumentParser:
     """The line commands' arguments (bench's launcher flags: their defaults from the
     config files, as the cell's)."""
@@ -98,10 +123,8 @@ class DistributedMagics(Magics):
     def _start(self, line: str, cell: str) -> tuple[Job, Any, JobWidget | TextSummary]:
         """Parse (the flags' defaults from the config files), check and submit; show the
         job's view."""
-        self.distributed.parser.set_defaults(**_flag_defaults())
-        args = parse_argstring(self.distributed, line)
+        spec, args = checked_spec(line, cell)
         try:
-            spec = check_launcher_options(spec_from_args(args, cell).validate())
             self._warn_undefined(spec)
             for warning in elastic_warnings(spec.code):
                 print(f"Warning: {warning}.", file=sys.stderr, flush=True)

@@ -1,4 +1,5 @@
-"""One REST handler per resource: the jobs, one job, its logs, its metrics.
+"""One REST handler per resource: the jobs, one job, its logs, its metrics, and the
+``%%distributed`` flags (the form's fields, and the magic's check of a line).
 
 Reads are bounded and incremental: a log is read from its end (``tail``) or from a
 byte offset the client got from its last read (``offset``), metrics from the offset
@@ -23,7 +24,9 @@ from tornado import web
 from tornado.ioloop import IOLoop
 
 from ..client import retention
+from ..client.flags import flag_models
 from ..client.job import Job
+from ..client.magics import line_error
 from ..contract.process import ProcessId
 from ..contract.status import FINAL_STATES
 from ..contract.store import JOB_ID_RE, JobDir, find_job_dir, list_job_dirs
@@ -33,6 +36,7 @@ from .models import job_model
 MAX_TAIL_LINES = 5000
 MAX_READ_BYTES = 256 * 1024  # one incremental read of a log or of the metrics
 MAX_RECORDS = 5000
+MAX_LINE_CHARS = 16 * 1024  # a %%distributed line the form asks about
 AUTH_RESOURCE = "distrain"  # what a Jupyter authorizer is asked about
 
 
@@ -244,6 +248,36 @@ class MetricsHandler(DistrainHandler):
         self.finish(json.dumps({"records": records, "since": offset}))
 
 
+class FlagsHandler(DistrainHandler):
+    """``GET /distrain/flags``: every ``%%distributed`` flag, in a written line's order,
+    with the names ``--backend`` and ``--launcher`` take (the form's fields)."""
+
+    @web.authenticated
+    @authorized
+    def get(self) -> None:
+        self.finish(json.dumps(flag_models()))
+
+
+class LineCheckHandler(DistrainHandler):
+    """``POST /distrain/flags/check`` with ``{"line": "--workers 2 ..."}``: what the magic
+    would refuse those flags with, in its own words (``{"error": null}``: it would take
+    them). Nothing is submitted; a read, so a read-only user's form checks too."""
+
+    @web.authenticated
+    @authorized("read")
+    def post(self) -> None:
+        try:
+            body = json.loads(self.request.body or b"null")
+        except ValueError:
+            raise web.HTTPError(400, "the body is not JSON") from None
+        line = body.get("line") if isinstance(body, dict) else None
+        if not isinstance(line, str) or len(line) > MAX_LINE_CHARS:
+            raise web.HTTPError(
+                400, f'the body must be {{"line": text of at most {MAX_LINE_CHARS}}}'
+            )
+        self.finish(json.dumps({"error": line_error(line)}))
+
+
 def routes(base_url: str) -> list[tuple[str, type[APIHandler]]]:
     """The extension's URL patterns under ``base_url``."""
     job = r"/distrain/jobs/(?P<job_id>[^/]+)"
@@ -254,5 +288,7 @@ def routes(base_url: str) -> list[tuple[str, type[APIHandler]]]:
             (job + "/?", JobHandler),
             (job + "/logs", LogsHandler),
             (job + "/metrics", MetricsHandler),
+            (r"/distrain/flags/?", FlagsHandler),
+            (r"/distrain/flags/check", LineCheckHandler),
         )
     ]

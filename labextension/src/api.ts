@@ -3,6 +3,8 @@
 import { URLExt } from '@jupyterlab/coreutils';
 import { ServerConnection } from '@jupyterlab/services';
 
+import { IFlagTable } from './magicline';
+
 export interface IProcess {
   id: string;
   role: string;
@@ -103,3 +105,14 @@ export const getLogs = (id: string, query: Record<string, string | number>) =>
 
 export const getMetrics = (id: string, since: number) =>
   requestAPI<IMetrics>(`jobs/${encodeURIComponent(id)}/metrics`, {}, { since });
+
+/** The `%%distributed` flags, as the magic's flag table has them (the form's fields). */
+export const getFlags = () => requestAPI<IFlagTable>('flags');
+
+/** What the magic would refuse these flags (the words after `%%distributed`) with; null
+ * when it would take them. Nothing is submitted. */
+export const checkLine = (line: string) =>
+  requestAPI<{ error: string | null }>('flags/check', {
+    method: 'POST',
+    body: JSON.stringify({ line })
+  }).then(r => r.error);

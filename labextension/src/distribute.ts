@@ -1,48 +1,46 @@
 /**
  * "Distribute cell...": a form for the `%%distributed` flags that writes (or updates)
- * the first line of the active code cell. An existing line fills the form; a value the
- * magic would refuse is refused here with the magic's message.
+ * the first line of the active code cell. An existing line fills the form; the server
+ * checks the line as the magic does, and a value the magic would refuse is refused here
+ * with the magic's message. The chosen launcher's own options (from the flag table the
+ * server sends) get fields of their own.
  */
 
 import { Dialog, showDialog } from '@jupyterlab/apputils';
 import { Cell } from '@jupyterlab/cells';
 import { Widget } from '@lumino/widgets';
 
+import { checkLine } from './api';
 import {
+  CELL_MAGIC,
   emptyLine,
+  flagTable,
   formatLine,
   hasMagic,
+  IFlag,
   IMagicLine,
-  lineError,
   parseLine,
   withMagicLine
 } from './magicline';
 
+type FieldKind = 'text' | 'number' | 'select' | 'check' | 'lines';
+
 interface IField {
   flag: string;
   label: string;
-  kind: 'text' | 'number' | 'select' | 'check' | 'lines';
-  options?: string[];
+  kind: FieldKind;
   placeholder?: string;
+  /** A launcher option's field: the launchers it is shown for. */
+  launchers?: string[];
 }
 
-const FIELDS: IField[] = [
-  {
-    flag: 'backend',
-    label: 'Backend',
-    kind: 'select',
-    options: ['auto', 'horovod', 'tf', 'ps', 'torch', 'jax', 'mpi', 'plain']
-  },
+/** The job's own flags the form shows, in its order (a select's values: the table's). */
+const JOB_FIELDS: IField[] = [
+  { flag: 'backend', label: 'Backend', kind: 'select' },
   { flag: 'workers', label: 'Workers', kind: 'number', placeholder: '1' },
   { flag: 'ps', label: 'Parameter servers', kind: 'number', placeholder: '0' },
-  {
-    flag: 'launcher',
-    label: 'Launcher',
-    kind: 'select',
-    options: ['local', 'ssh', 'ray', 'slurm']
-  },
-  { flag: 'controller', label: 'Horovod controller', kind: 'select', options: ['gloo', 'mpi'] },
-  { flag: 'hosts', label: 'Hosts', kind: 'text', placeholder: 'host:slots,host:slots' },
+  { flag: 'launcher', label: 'Launcher', kind: 'select' },
+  { flag: 'controller', label: 'Horovod controller', kind: 'select' },
   { flag: 'cpu', label: 'CPU cores per worker', kind: 'text', placeholder: 'any' },
   { flag: 'memory', label: 'Memory per worker (GiB)', kind: 'text', placeholder: 'any' },
   { flag: 'gpus', label: 'GPUs per worker', kind: 'number', placeholder: '0' },
@@ -51,10 +49,50 @@ const FIELDS: IField[] = [
   { flag: 'env', label: 'Environment (KEY=VALUE, one a line)', kind: 'lines' },
   { flag: 'push', label: 'Push variables', kind: 'text', placeholder: 'a,b' },
   { flag: 'out', label: 'Result variable', kind: 'text', placeholder: 'history' },
-  { flag: 'keras', label: 'Keras', kind: 'select', options: ['auto', 'legacy', 'native'] },
+  { flag: 'keras', label: 'Keras', kind: 'select' },
   { flag: 'background', label: 'Run in the background', kind: 'check' },
   { flag: 'no-pool', label: 'Start cold (no warm pool)', kind: 'check' }
 ];
+
+/** A launcher option's field, as its launcher declares it (its help is the label). */
+function optionField(flag: IFlag): IField {
+  const kind: FieldKind = flag.kind === 'bool' ? 'check' : flag.kind === 'int' ? 'number' : 'text';
+  return {
+    flag: flag.name,
+    label: flag.help,
+    kind,
+    placeholder: flag.default,
+    launchers: flag.launchers
+  };
+}
+
+/** The values a select offers: the backends and launchers the server has, else the
+ * flag's choices. */
+function choicesOf(name: string): string[] {
+  const table = flagTable();
+  if (name === 'backend') {
+    return table.backends;
+  }
+  if (name === 'launcher') {
+    return table.launchers;
+  }
+  return table.flags.find(f => f.name === name)?.choices ?? [];
+}
+
+/** The words after the magic's name: what the server checks. */
+function argumentsOf(line: IMagicLine): string {
+  return formatLine(line).slice(CELL_MAGIC.length).trim();
+}
+
+/** The magic's message for `line`, or null when it would take it; a failed request is
+ * a message too (nothing is written unchecked). */
+export async function lineError(line: IMagicLine): Promise<string | null> {
+  try {
+    return await checkLine(argumentsOf(line));
+  } catch (error) {
+    return `cannot check the flags: ${(error as Error).message}`;
+  }
+}
 
 type Input = HTMLInputElement | HTMLSelectElement | HTMLTextAreaElement;
 
@@ -66,38 +104,45 @@ export class DistributeForm extends Widget {
   ) {
     super();
     this.addClass('jp-distrain-form');
+    const options = flagTable().flags.filter(f => f.option);
+    this._fields = [...JOB_FIELDS, ...options.map(optionField)];
     const grid = document.createElement('div');
     grid.className = 'jp-distrain-form-grid';
-    for (const field of FIELDS) {
+    for (const field of this._fields) {
       const input = this._input(field, _initial.values[field.flag]);
       input.name = field.flag;
-      input.addEventListener('input', () => this._check());
-      input.addEventListener('change', () => this._check());
+      input.addEventListener('input', () => this._changed());
+      input.addEventListener('change', () => this._changed());
       const label = document.createElement('label');
       label.textContent = field.label;
       label.className = `jp-distrain-form-label jp-distrain-field-${field.kind}`;
       label.appendChild(input);
       grid.appendChild(label);
       this._inputs.set(field.flag, input);
+      this._labels.set(field.flag, label);
     }
     this._error.className = 'jp-distrain-form-error';
     this._preview.className = 'jp-distrain-form-preview';
     this.node.append(grid, this._preview, this._error);
-    this._check();
+    this._changed();
     if (error) {
       this._error.textContent = error;
     }
   }
 
-  /** The line the form gives: its fields over the initial line's other flags. */
+  /** The line the form gives: its fields over the initial line's other flags; the
+   * options of launchers other than the chosen one left out. */
   getValue(): IMagicLine {
     const line: IMagicLine = {
       values: { ...this._initial.values },
       extra: [...this._initial.extra]
     };
-    for (const field of FIELDS) {
+    const launcher = this._inputs.get('launcher')!.value;
+    for (const field of this._fields) {
       const input = this._inputs.get(field.flag)!;
-      if (field.kind === 'check') {
+      if (field.launchers && !field.launchers.includes(launcher)) {
+        delete line.values[field.flag];
+      } else if (field.kind === 'check') {
         line.values[field.flag] = (input as HTMLInputElement).checked;
       } else if (field.kind === 'lines') {
         line.values[field.flag] = input.value
@@ -112,21 +157,31 @@ export class DistributeForm extends Widget {
     return parseLine(formatLine(line));
   }
 
-  private _check(): void {
+  private _changed(): void {
+    const launcher = this._inputs.get('launcher')!.value;
+    for (const field of this._fields) {
+      const shown = !field.launchers || field.launchers.includes(launcher);
+      this._labels.get(field.flag)!.hidden = !shown;
+    }
     const line = this.getValue();
     this._preview.textContent = formatLine(line);
-    this._error.textContent = lineError(line) ?? '';
+    const asked = ++this._asked;
+    void lineError(line).then(error => {
+      if (asked === this._asked) {
+        this._error.textContent = error ?? ''; // the latest line's answer only
+      }
+    });
   }
 
   private _input(field: IField, value: string | boolean | string[] | undefined): Input {
     if (field.kind === 'select') {
       const select = document.createElement('select');
-      const options = [...field.options!];
+      const options = [...choicesOf(field.flag)];
       if (typeof value === 'string' && value && !options.includes(value)) {
         options.push(value);
       }
       options.forEach(o => select.appendChild(new Option(o, o)));
-      select.value = typeof value === 'string' && value ? value : field.options![0];
+      select.value = typeof value === 'string' && value ? value : options[0];
       return select;
     }
     if (field.kind === 'lines') {
@@ -148,8 +203,11 @@ export class DistributeForm extends Widget {
     return input;
   }
 
+  private _asked = 0;
   private _error = document.createElement('div');
+  private _fields: IField[];
   private _inputs = new Map<string, Input>();
+  private _labels = new Map<string, HTMLLabelElement>();
   private _preview = document.createElement('code');
 }
 
@@ -176,7 +234,7 @@ export async function distributeCell(
       return false;
     }
     line = answer.value;
-    error = lineError(line);
+    error = await lineError(line);
     if (error === null) {
       const current = cell.model.sharedModel.getSource();
       cell.model.sharedModel.setSource(withMagicLine(current, formatLine(line)));

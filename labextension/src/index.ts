@@ -4,7 +4,7 @@
  */
 
 import { ILayoutRestorer, JupyterFrontEnd, JupyterFrontEndPlugin } from '@jupyterlab/application';
-import { ICommandPalette } from '@jupyterlab/apputils';
+import { ICommandPalette, showErrorMessage } from '@jupyterlab/apputils';
 import { CodeCell } from '@jupyterlab/cells';
 import { INotebookTracker } from '@jupyterlab/notebook';
 import { ISettingRegistry } from '@jupyterlab/settingregistry';
@@ -13,7 +13,8 @@ import { deleteIcon, LabIcon } from '@jupyterlab/ui-components';
 
 import { attach, removeFinished, scale, stop } from './actions';
 import { distributeCell } from './distribute';
-import { DefaultValue, emptyLine, IMagicLine, lineFromDefaults } from './magicline';
+import { getFlags } from './api';
+import { DefaultValue, emptyLine, IMagicLine, lineFromDefaults, setFlagTable } from './magicline';
 import { logsPanel } from './logs';
 import { trackJobs } from './reattach';
 import { JobsModel, POLL_MS } from './model';
@@ -36,15 +37,22 @@ const PLUGIN_ID = 'jupyter-distrain-labextension:plugin';
 
 /**
  * Follow the extension's settings (schema/plugin.json; overrides.json sets them for a
- * whole server): the poll interval of `model`, and the form's defaults through `setForm`.
+ * whole server): the poll interval of `model`, and the form's defaults through `setForm`
+ * (read with the flag table, once `flags` has come).
  */
 function followSettings(
   registry: ISettingRegistry,
   model: JobsModel,
+  flags: Promise<void>,
   setForm: (line: IMagicLine) => void
 ): void {
-  const apply = (settings: ISettingRegistry.ISettings) => {
+  const apply = async (settings: ISettingRegistry.ISettings) => {
     model.interval = (settings.composite.pollInterval as number) ?? POLL_MS;
+    try {
+      await flags;
+    } catch {
+      return; // said once where the flags are fetched
+    }
     const defaults = (settings.composite.formDefaults ?? {}) as { [name: string]: DefaultValue };
     const { line, unknown } = lineFromDefaults(defaults);
     if (unknown.length) {
@@ -55,8 +63,8 @@ function followSettings(
   registry
     .load(PLUGIN_ID)
     .then(settings => {
-      apply(settings);
-      settings.changed.connect(apply);
+      void apply(settings);
+      settings.changed.connect(() => void apply(settings));
     })
     .catch(reason => console.warn(`jupyter-distrain: settings not read: ${reason}`));
 }
@@ -76,9 +84,12 @@ const plugin: JupyterFrontEndPlugin<void> = {
     settingRegistry: ISettingRegistry | null
   ) => {
     const model = new JobsModel();
+    // the magic's flags, from the server (the form has no list of its own)
+    const flags = getFlags().then(setFlagTable);
+    flags.catch(reason => console.warn(`jupyter-distrain: the flags not read: ${reason}`));
     let formDefaults = emptyLine();
     if (settingRegistry) {
-      followSettings(settingRegistry, model, line => (formDefaults = line));
+      followSettings(settingRegistry, model, flags, line => (formDefaults = line));
     }
     const after = (done: Promise<boolean>) =>
       void done.then(changed => (changed ? model.refresh() : undefined));
@@ -139,7 +150,16 @@ const plugin: JupyterFrontEndPlugin<void> = {
       isEnabled: () => activeCodeCell() !== null,
       execute: async () => {
         const cell = activeCodeCell();
-        return cell ? distributeCell(cell, formDefaults) : false;
+        if (!cell) {
+          return false;
+        }
+        try {
+          await flags;
+        } catch (reason) {
+          await showErrorMessage('Distribute cell', `The server did not send the flags: ${reason}`);
+          return false;
+        }
+        return distributeCell(cell, formDefaults);
       }
     });
     palette?.addItem({ command: DISTRIBUTE_COMMAND, category: 'Notebook Cell Operations' });

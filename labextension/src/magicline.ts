@@ -1,7 +1,9 @@
 /**
- * The `%%distributed` first line of a cell: parse it into flag values, write it back
- * from them, and check the values as the magic does (the same one-line messages as
- * argparse and `JobSpec.validate` in jupyter_distrain/spec.py).
+ * The `%%distributed` first line of a cell: parse it into flag values and write it back
+ * from them. The flags are the magic's own table, served by the server extension
+ * (`GET /distrain/flags`, jupyter_distrain/client/flags.py): a launcher's options come
+ * with it, and nothing here lists a flag. Whether the magic would take a line is asked
+ * of the server too (`checkLine` in api.ts), in the magic's own words.
  */
 
 export const CELL_MAGIC = '%%distributed';
@@ -14,53 +16,39 @@ export interface IFlag {
   kind: FlagKind;
   /** The default as the magic has it ('' for none); the line leaves defaults out. */
   default: string;
-  short?: string;
+  /** The short name without its dash ('' for none), e.g. `n`. */
+  short: string;
+  help: string;
+  /** The values the magic takes ([]: any). */
+  choices: string[];
+  /** The launcher option it sets ('' for a flag of the job itself), e.g. `ssh_port`. */
+  option: string;
+  /** The launchers declaring that option. */
+  launchers: string[];
 }
 
-/** The magic's flags (jupyter_distrain/magics.py), in the order a written line has them. */
-export const FLAGS: IFlag[] = [
-  { name: 'workers', kind: 'int', default: '1', short: 'n' },
-  { name: 'ps', kind: 'int', default: '0' },
-  { name: 'backend', kind: 'str', default: 'auto' },
-  { name: 'launcher', kind: 'str', default: 'local' },
-  { name: 'controller', kind: 'str', default: 'gloo' },
-  { name: 'cpu', kind: 'float', default: '' },
-  { name: 'memory', kind: 'float', default: '' },
-  { name: 'gpus', kind: 'int', default: '0' },
-  { name: 'gpu-ids', kind: 'str', default: '' },
-  { name: 'env', kind: 'repeat', default: '' },
-  { name: 'name', kind: 'str', default: 'job' },
-  { name: 'timeout', kind: 'float', default: '120' },
-  { name: 'grace', kind: 'float', default: '5' },
-  { name: 'push', kind: 'str', default: '' },
-  { name: 'out', kind: 'str', default: '' },
-  { name: 'hang-timeout', kind: 'float', default: '120' },
-  { name: 'stall-timeout', kind: 'float', default: '60' },
-  { name: 'keras', kind: 'str', default: 'auto' },
-  { name: 'batch-size', kind: 'int', default: '' },
-  { name: 'all-output', kind: 'bool', default: '' },
-  { name: 'no-pool', kind: 'bool', default: '' },
-  { name: 'hosts', kind: 'str', default: '' },
-  { name: 'ssh-port', kind: 'int', default: '22' },
-  { name: 'ssh-user', kind: 'str', default: '' },
-  { name: 'ssh-identity', kind: 'str', default: '' },
-  { name: 'ssh-known-hosts', kind: 'str', default: '' },
-  { name: 'ssh-accept-new-hosts', kind: 'bool', default: '' },
-  { name: 'remote-python', kind: 'str', default: '' },
-  { name: 'network-interface', kind: 'str', default: '' },
-  { name: 'address', kind: 'str', default: '' },
-  { name: 'partition', kind: 'str', default: '' },
-  { name: 'time', kind: 'str', default: '' },
-  { name: 'account', kind: 'str', default: '' },
-  { name: 'qos', kind: 'str', default: '' },
-  { name: 'nodes', kind: 'int', default: '0' },
-  { name: 'sbatch-options', kind: 'str', default: '' },
-  { name: 'queue-timeout', kind: 'float', default: '0' },
-  { name: 'background', kind: 'bool', default: '' }
-];
+/** What `GET /distrain/flags` answers: the flags in a written line's order. */
+export interface IFlagTable {
+  flags: IFlag[];
+  backends: string[];
+  launchers: string[];
+}
 
-const BY_NAME = new Map(FLAGS.map(f => [f.name, f]));
-const BY_SHORT = new Map(FLAGS.filter(f => f.short).map(f => [f.short!, f]));
+let TABLE: IFlagTable = { flags: [], backends: [], launchers: [] };
+let BY_NAME = new Map<string, IFlag>();
+let BY_SHORT = new Map<string, IFlag>();
+
+/** Use `table` (the server's) from now on. */
+export function setFlagTable(table: IFlagTable): void {
+  TABLE = table;
+  BY_NAME = new Map(table.flags.map(f => [f.name, f]));
+  BY_SHORT = new Map(table.flags.filter(f => f.short).map(f => [f.short, f]));
+}
+
+/** The flag table in use (empty until the server's has come). */
+export function flagTable(): IFlagTable {
+  return TABLE;
+}
 
 /**
  * A line's flags as written (text; `true` for a switch; a list for `--env`), and the
@@ -148,7 +136,7 @@ function longFlag(name: string): IFlag | undefined {
   if (exact || !name) {
     return exact;
   }
-  const prefixed = FLAGS.filter(f => f.name.startsWith(name)); // argparse's abbreviations
+  const prefixed = TABLE.flags.filter(f => f.name.startsWith(name)); // argparse's abbreviations
   return prefixed.length === 1 ? prefixed[0] : undefined;
 }
 
@@ -191,7 +179,7 @@ export function parseLine(line: string): IMagicLine {
 /** The `%%distributed` line for these values: defaults and empty values left out. */
 export function formatLine(line: IMagicLine): string {
   const parts = [CELL_MAGIC];
-  for (const flag of FLAGS) {
+  for (const flag of TABLE.flags) {
     const value = line.values[flag.name];
     if (value === undefined || value === false || value === '') {
       continue;
@@ -206,6 +194,14 @@ export function formatLine(line: IMagicLine): string {
   }
   parts.push(...line.extra);
   return parts.join(' ');
+}
+
+function isInt(text: string): boolean {
+  return /^\s*[+-]?\d+(_\d+)*\s*$/.test(text);
+}
+
+function isFloat(text: string): boolean {
+  return /^[+-]?(\d+(_\d+)*(\.(\d+(_\d+)*)?)?|\.\d+(_\d+)*)([eE][+-]?\d+)?$/.test(text.trim());
 }
 
 function sameAsDefault(flag: IFlag, value: string): boolean {
@@ -225,241 +221,4 @@ export function withMagicLine(source: string, line: string): string {
   }
   const newline = source.indexOf('\n');
   return newline < 0 ? line + '\n' : line + source.slice(newline);
-}
-
-// --- validation: the magic's own messages ------------------------------------
-
-const MAX_SECONDS = 7 * 24 * 3600;
-const MAX_GRACE = 3600;
-const MAX_CPU = 4096;
-const MAX_GIB = 65536;
-const NAME_RE = /^[A-Za-z0-9][A-Za-z0-9_.-]{0,39}$/;
-const ENV_KEY_RE = /^[A-Za-z_][A-Za-z0-9_]*$/;
-const IDENTIFIER_RE = /^[A-Za-z_][A-Za-z0-9_]*$/;
-const USER_RE = /^[a-z_][a-z0-9_.-]{0,31}$/i;
-const IFACE_RE = /^[A-Za-z0-9_.:@-]{1,15}$/;
-const KERAS = ['auto', 'legacy', 'native'];
-const CONTROLLERS = ['gloo', 'mpi'];
-
-function isInt(text: string): boolean {
-  return /^\s*[+-]?\d+(_\d+)*\s*$/.test(text);
-}
-
-function isFloat(text: string): boolean {
-  const t = text.trim();
-  return (
-    /^[+-]?(\d+(_\d+)*(\.(\d+(_\d+)*)?)?|\.\d+(_\d+)*)([eE][+-]?\d+)?$/.test(t) ||
-    /^[+-]?(inf|infinity|nan)$/i.test(t)
-  );
-}
-
-function toNumber(text: string): number {
-  const t = text.trim().replace(/_/g, '').toLowerCase();
-  if (/^[+-]?(inf|infinity)$/.test(t)) {
-    return t.startsWith('-') ? -Infinity : Infinity;
-  }
-  return t.endsWith('nan') ? NaN : Number(t);
-}
-
-/** Python's `repr` of a str. */
-export function pyStr(text: string): string {
-  const q = text.includes("'") && !text.includes('"') ? '"' : "'";
-  const body = text.replace(/\\/g, '\\\\').replace(new RegExp(q, 'g'), '\\' + q);
-  return q + body + q;
-}
-
-/** Python's `repr` of a float. */
-export function pyFloat(value: number): string {
-  if (Number.isNaN(value)) {
-    return 'nan';
-  }
-  if (!Number.isFinite(value)) {
-    return value > 0 ? 'inf' : '-inf';
-  }
-  if (Number.isInteger(value) && Math.abs(value) < 1e16) {
-    return value.toFixed(1);
-  }
-  return String(value);
-}
-
-/** Python's `f"{value:g}"` for the whole-number limits used here. */
-function pyG(value: number): string {
-  return String(value);
-}
-
-/** A thrown message: the first problem, one line, as the magic says it. */
-export class MagicLineError extends Error {}
-
-function fail(message: string): never {
-  throw new MagicLineError(message);
-}
-
-function optionOf(flag: IFlag): string {
-  return flag.short ? `-${flag.short}/--${flag.name}` : `--${flag.name}`;
-}
-
-/** The flag's value as the magic's argparse would give it (a type error as argparse says). */
-function converted(line: IMagicLine, name: string): string | number | boolean | string[] | null {
-  const flag = BY_NAME.get(name)!;
-  const raw = line.values[name];
-  if (raw === undefined || (raw === '' && flag.kind !== 'str')) {
-    if (flag.kind === 'bool') {
-      return false;
-    }
-    if (flag.kind === 'repeat') {
-      return [];
-    }
-    if (flag.default === '') {
-      return null;
-    }
-    return flag.kind === 'str' ? flag.default : toNumber(flag.default);
-  }
-  if (flag.kind === 'int') {
-    if (!isInt(raw as string)) {
-      fail(`argument ${optionOf(flag)}: invalid int value: ${pyStr(raw as string)}`);
-    }
-    return parseInt((raw as string).replace(/_/g, ''), 10);
-  }
-  if (flag.kind === 'float') {
-    if (!isFloat(raw as string)) {
-      fail(`argument ${optionOf(flag)}: invalid float value: ${pyStr(raw as string)}`);
-    }
-    return toNumber(raw as string);
-  }
-  return raw;
-}
-
-function checkNumber(
-  flag: string,
-  value: number | null,
-  what: string,
-  low: number | null,
-  high: number,
-  optional = false
-): void {
-  if (value === null && optional) {
-    return;
-  }
-  const ok =
-    value !== null &&
-    Number.isFinite(value) &&
-    (low !== null ? value > low : value >= 0) &&
-    value <= high;
-  if (!ok) {
-    fail(`${flag} must be ${what} and at most ${pyG(high)}, got ${pyFloat(value as number)}`);
-  }
-}
-
-function names(text: string | null): string[] {
-  return text ? text.split(/[,\s]+/).filter(n => n) : [];
-}
-
-/**
- * Check a line's values as `%%distributed` does; throws {@link MagicLineError} with the
- * magic's message for the first bad one. Backend and launcher names are checked by the
- * magic only when the job is submitted, so not here.
- */
-export function validateLine(line: IMagicLine): void {
-  const v = (name: string) => converted(line, name);
-  if (line.extra.length) {
-    fail(`unrecognized arguments: ${line.extra.join(' ')}`);
-  }
-  const workers = v('workers') as number;
-  const ps = v('ps') as number;
-  const backend = v('backend') as string;
-  const launcher = v('launcher') as string;
-  const gpus = v('gpus') as number;
-  const sshPort = v('ssh-port') as number;
-  const batch = v('batch-size') as number | null;
-  const nums = ['cpu', 'memory', 'timeout', 'grace', 'hang-timeout', 'stall-timeout'].map(v);
-  const [cpu, memory, timeout, grace, hang, stall] = nums as (number | null)[];
-  const gpuIds = names(v('gpu-ids') as string | null);
-  for (const pair of v('env') as string[]) {
-    const eq = pair.indexOf('=');
-    if (eq <= 0) {
-      fail(`--env expects KEY=VALUE, got ${pyStr(pair)}`);
-    }
-  }
-  // JobSpec.validate, in its order
-  if (workers < 1) {
-    fail(`--workers must be a whole number >= 1, got ${workers}`);
-  }
-  if (ps < 0) {
-    fail(`--ps must be a whole number >= 0, got ${ps}`);
-  }
-  if (backend === 'ps' && ps < 1) {
-    fail('--backend ps needs --ps N with N >= 1 parameter servers');
-  }
-  if (ps && backend !== 'auto' && backend !== 'ps') {
-    fail(`--ps is for the parameter-server backend, not --backend ${backend}`);
-  }
-  const keras = v('keras') as string;
-  if (!KERAS.includes(keras)) {
-    fail(`--keras must be one of ${KERAS.join(', ')}, got ${pyStr(keras)}`);
-  }
-  const controller = v('controller') as string;
-  if (!CONTROLLERS.includes(controller)) {
-    fail(`--controller must be one of ${CONTROLLERS.join(', ')}, got ${pyStr(controller)}`);
-  }
-  checkNumber('--cpu', cpu, 'a number of cores > 0', 0, MAX_CPU, true);
-  checkNumber('--memory', memory, 'a number of GiB > 0', 0, MAX_GIB, true);
-  if (gpus < 0) {
-    fail(`--gpus must be a whole number >= 0, got ${gpus}`);
-  }
-  if (gpuIds.length && !gpus) {
-    fail('--gpu-ids needs --gpus N (the GPUs each worker gets)');
-  }
-  if (sshPort < 1 || sshPort > 65535) {
-    fail(`--ssh-port must be a port number 1-65535, got ${sshPort}`);
-  }
-  const user = v('ssh-user') as string;
-  if (user && !USER_RE.test(user)) {
-    fail(`--ssh-user: ${pyStr(user)} is not a user name`);
-  }
-  const iface = v('network-interface') as string;
-  if (iface && !IFACE_RE.test(iface)) {
-    fail(`--network-interface: ${pyStr(iface)} is not an interface name`);
-  }
-  if (v('hosts') && launcher === 'local') {
-    fail('--hosts is for a multi-host launcher: add --launcher ssh');
-  }
-  if (v('address') && launcher !== 'ray') {
-    fail('--address is for the Ray launcher: add --launcher ray');
-  }
-  if (batch !== null && batch < 1) {
-    fail(`--batch-size must be >= 1, got ${batch}`);
-  }
-  checkNumber('--timeout', timeout, 'a number of seconds > 0', 0, MAX_SECONDS);
-  checkNumber('--grace', grace, 'a number of seconds >= 0', null, MAX_GRACE);
-  checkNumber('--hang-timeout', hang, 'seconds >= 0', null, MAX_SECONDS);
-  checkNumber('--stall-timeout', stall, 'seconds >= 0', null, MAX_SECONDS);
-  const name = v('name') as string;
-  if (!NAME_RE.test(name)) {
-    fail(`--name must be 1-40 letters, digits, '_', '.' or '-', got ${pyStr(name)}`);
-  }
-  for (const pair of v('env') as string[]) {
-    const key = pair.slice(0, pair.indexOf('='));
-    if (!ENV_KEY_RE.test(key)) {
-      fail(`--env: ${pyStr(key)} is not a valid environment variable name`);
-    }
-  }
-  const out = v('out') as string | null;
-  for (const n of [...names(v('push') as string | null), ...(out ? [out] : [])]) {
-    if (!IDENTIFIER_RE.test(n)) {
-      fail(`${pyStr(n)} is not a valid Python variable name`);
-    }
-  }
-}
-
-/** The first problem's message, or null when the magic would take the line. */
-export function lineError(line: IMagicLine): string | null {
-  try {
-    validateLine(line);
-    return null;
-  } catch (err) {
-    if (err instanceof MagicLineError) {
-      return err.message;
-    }
-    throw err;
-  }
 }

@@ -1,7 +1,8 @@
 /**
  * "Distribute cell...": the form writes the %%distributed line of the active cell,
- * refuses what the magic would refuse with the magic's message, and reads an existing
- * line back into its fields.
+ * refuses what the magic would refuse with the magic's message (the server checks the
+ * line), reads an existing line back into its fields, and shows the chosen launcher's
+ * own options, as the server's flag table has them.
  */
 
 import { expect } from '@jupyterlab/galata';
@@ -61,6 +62,17 @@ test('the form writes the magic line, refuses bad values and pre-fills', async (
     '--memory must be a number of GiB > 0 and at most 65536, got -1.0'
   );
   await form.locator('input[name="memory"]').fill('1.5');
+  // a launcher's options: shown for that launcher only, checked as it checks them
+  const sshPort = form.locator('input[name="ssh-port"]');
+  await expect(sshPort).toBeHidden();
+  await form.locator('select[name="launcher"]').selectOption('ssh');
+  await expect(sshPort).toBeVisible();
+  await expect(form.locator('input[name="partition"]')).toBeHidden();
+  await form.locator('input[name="hosts"]').fill('h1:2');
+  await sshPort.fill('0');
+  await expect(error).toHaveText('--ssh-port must be a port number 1-65535, got 0');
+  await form.locator('select[name="launcher"]').selectOption('local');
+  await expect(error).toHaveText('');
   await dialog.locator('.jp-mod-accept').click();
   expect(await cellSource(page, 0)).toBe(
     "%%distributed --workers 3 --backend plain --memory 1.5 --env A=1 --env B=2 --name train-1 --no-pool\nprint('hi')"
