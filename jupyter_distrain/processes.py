@@ -14,6 +14,18 @@
 
 Light to import (the host agent imports it on remote hosts): the standard library and
 psutil only.
+
+Design decision
+---------------
+
+- **Nothing left behind**, three ways: every process is started in its own
+  session (`killpg` reaches its children); workers get `PR_SET_PDEATHSIG`
+  (SIGKILL) so they die if the supervisor is killed; and the supervisor is a
+  child subreaper (`PR_SET_CHILD_SUBREAPER`, set by the local launcher), so
+  orphans (ranks of a dead `mpirun`, a grandchild that `setsid`s) become its
+  children, and at the end `launcher.sweep()` SIGKILLs every descendant it
+  still has. Stop = SIGTERM to each process tree,
+  `--grace` seconds, then SIGKILL.
 """
 
 from __future__ import annotations

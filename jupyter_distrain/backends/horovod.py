@@ -4,6 +4,17 @@ Gloo mode needs no horovodrun, no ssh and no MPI: the supervisor runs Horovod's
 rendezvous server itself (:mod:`.horovod_rendezvous`) and gives every process the
 variables horovodrun would have set; an elastic program runs under Horovod's own
 driver (:mod:`.horovod_elastic`). MPI mode runs one ``mpirun`` that starts every rank.
+
+Design decision
+---------------
+
+- **Horovod without horovodrun** (`backends/horovod.py`): the supervisor runs
+  Horovod's `RendezvousServer` with the plan from `get_host_assignments` and
+  gives each worker the `HOROVOD_*` variables listed in DESIGN.md. This saves
+  horovodrun's own start-up (see the benchmark). `--controller mpi` runs one
+  `mpirun` (with `--allow-run-as-root` as root, and
+  `btl_vader_single_copy_mechanism none` because CMA is refused in containers);
+  ranks report themselves by hello, so they still get rows, pids and logs.
 """
 
 from __future__ import annotations

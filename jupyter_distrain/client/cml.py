@@ -4,6 +4,22 @@ and ``cdsw_tensorflow_utils.run_cluster``, over the same engine as the magic.
 A worker id is ``"<job-id>/<index>"``: each ``launch_workers`` call is one job
 of the ``plain`` backend (independent copies of a program), so the job
 directory, logs, ``%distributed status`` and stop work as for any other job.
+
+The seed API
+------------
+
+`launch_workers` makes one `plain` job per call; a worker id is
+`"<job-id>/<index>"`. The script path is resolved on the worker (CML's
+semantics, where the script lives in the project the worker mounts), so a bad
+path is not refused up front: that worker never says hello and `await_workers`
+lists it in `failures`. The worker bootstrap says hello only after it has
+loaded and compiled the program, so "running" means "the program started".
+`run_cluster` reads the script locally, refuses one without `run(...)`, starts
+a seed-mode ps job, waits until every task is up and returns the cluster as a
+plain dict (`tf.train.ClusterSpec(cluster)` makes the object, and the kernel
+need not import TensorFlow) with `grpc://<worker 0>`.
+`stop_workers` stops the named processes only; naming every live worker stops
+the job as a whole (`stopped`).
 """
 
 from __future__ import annotations

@@ -8,6 +8,13 @@ value out of range, a scale the job cannot take) is :class:`CommandError`, one l
 the magic shows it as a usage error, the command line prints it and exits with
 :data:`EXIT_USAGE`. :func:`run` returns the exit status a script can use:
 :data:`EXIT_OK`, or :data:`EXIT_FAILED` when the job shown failed.
+
+Design decision
+---------------
+
+- **`%distributed attach`**: an interrupt while attached detaches (the job goes
+  on) rather than stopping it; only the cell that started a job stops it on
+  interrupt. `%distributed stop` stops explicitly.
 """
 
 from __future__ import annotations

@@ -6,6 +6,20 @@ log lines with its label, ticks the view, and yields the seconds to sleep before
 next poll; it returns the job's final state. Two drivers run it: :func:`follow`
 blocks (``time.sleep``) and :func:`follow_async` awaits (``asyncio.sleep``), so a
 kernel's event loop stays free between polls. Both apply the same interrupt policy.
+
+Design decision
+---------------
+
+- **The supervisor is detached from the kernel** (`start_new_session`), so the
+  kernel's interrupt (SIGINT to its process group) never reaches the job
+  directly: the cell's follow (`follow.py`) catches `KeyboardInterrupt` (or the
+  async cell's cancellation) and asks the supervisor to stop, then re-raises so
+  "Run All" stops too. `Job` itself neither prints nor decides what an
+  interrupt means; `follow.steps()` is the one implementation of following a
+  job, a generator that yields the seconds to sleep, and `follow()` (blocking)
+  and `follow_async()` (awaiting, for the async cell) are two small drivers of
+  it. When the kernel
+  dies, the job goes on. The kernel reaps its supervisor child in a thread.
 """
 
 from __future__ import annotations

@@ -4,6 +4,16 @@ Everything here reads the job store or talks to the job's supervisor, so a
 handle made in a new kernel (``Job.attach``) behaves like the one that started
 the job. A Job neither prints nor decides what an interrupt means: following a
 job's output in a cell is :mod:`jupyter_distrain.client.follow`.
+
+Design decision
+---------------
+
+- **Failures are shown without a local traceback**: `JobFailed` implements
+  IPython's `_render_traceback_`, so the cell shows "rank 1 failed first (exit
+  code 1)" and the end of that rank's log (its Python traceback, which starts
+  in `train.py` at the cell's own line numbers because the bootstrap compiles
+  the file under its real path and drops its own frame). Bad input is a
+  `SpecError`, turned into IPython's `UsageError`: one line, no traceback.
 """
 
 from __future__ import annotations

@@ -10,6 +10,20 @@ cell gets lines a person can read:
 
 ``all_output`` shows everything as written. :class:`LogTail` reads every log of a job
 and gives its new lines so rendered, each with its process's label.
+
+What the cell prints
+--------------------
+
+The follow reads each process's log by complete lines and passes each through
+`CellOutput`: a line with `\\r` or `\\b` (Keras's progress bar redraws itself that
+way on every rank) is shown as a terminal would leave it, so each epoch leaves one
+line per rank with its `[rank]` label intact; a TensorFlow/absl log line (C++
+logging, glog format, `WARNING:tensorflow:`, cpu_feature_guard's continuation)
+whose text less timestamp and pid was shown before, from any rank, is dropped; a
+framework warning another thread wrote into the middle of a bar becomes its own
+line, and the bar's state it cut is dropped (its final state follows). User lines
+are never dropped. `--all-output` prints everything as written; the logs on disk
+are never rewritten.
 """
 
 from __future__ import annotations

@@ -1,4 +1,13 @@
-"""Checks on a cell body before anything is launched."""
+"""Checks on a cell body before anything is launched.
+
+Design decision
+---------------
+
+- **Undefined names**: the cell is parsed and names that are read but bound
+  nowhere in it (nor builtins) are listed in a warning that suggests `--push`
+  for notebook variables and an import for modules. It is a warning, not an
+  error: the analysis cannot see names created dynamically.
+"""
 
 from __future__ import annotations
 

@@ -15,6 +15,20 @@ job's own processes out. The reply is one JSON line.
 
 Where the channel is, and its secret, are in the job directory's control file
 (:class:`ControlInfo`); the requests themselves are built in :mod:`.process`.
+
+Design decision
+---------------
+
+- **The control channel** (`contract/control.py`) is newline-delimited JSON over a Unix
+  socket in the job directory (the job runs in its own network namespace, and a
+  path in a 0700 directory admits nobody else), each request signed with
+  HMAC-SHA256 under a per-job secret kept in the 0600 `control` file (the way
+  Jupyter signs its messages), with a nonce and a time against replay. Clients
+  send `stop`/`scale`/`stop_processes`; workers send `hello` (role, index, pid,
+  host) and `bye` (exit code), shaped by `contract.hello`/`contract.bye`. A
+  process is `running` once its hello arrives; the job is `running` when every
+  member's has. Workers read the secret from the control file, never from
+  their environment.
 """
 
 from __future__ import annotations

@@ -5,6 +5,17 @@ Job states: pending -> launching -> running -> succeeded | failed | stopped (and
 "unknown" for a state.json that cannot be read). A process row: pending -> starting ->
 running -> exited | killed, or "lost" when the process was running as its supervisor
 was lost (it stays "lost" until someone stops it, then "killed").
+
+Job and process states
+----------------------
+
+Job: `pending -> launching -> running -> succeeded | failed | stopped`.
+Process: `pending -> starting -> running -> exited | killed` (killed = ended
+by a signal). `state.json` is rewritten atomically on each change; if the
+supervisor vanishes without writing a final state, `Job.status()` reports
+`failed` ("the supervisor died"). `Job.status()` returns the typed
+`status.JobStatus`: `processes` (members: workers, chief, ps; the rows views
+draw) and `helpers` (mpirun), each a `ProcessRecord`.
 """
 
 from __future__ import annotations

@@ -5,6 +5,18 @@
 ``--gpu-ids``); Horovod's ``local_rank`` pinning then sees one device per process.
 Parameter servers get none. A request for more devices than there are is refused
 before anything starts. :func:`discover` is the one place that asks the machine.
+
+Design decision
+---------------
+
+- **GPUs** (`launchers/gpus.py`): at submit the local launcher asks NVML (or
+  `nvidia-smi`) which devices there are, refuses a request beyond them, and
+  writes the chosen devices into the resolved spec (`gpu_ids`); the
+  supervisor's allocator then gives each worker and chief its own `--gpus N` of
+  them in order (`CUDA_VISIBLE_DEVICES`; ps processes get an empty list, a job
+  without `--gpus` leaves CUDA alone) and the rows record them. Tests fake only
+  `gpus.discover()` (there is no GPU here). Not built: GPU utilisation in the
+  widget.
 """
 
 from __future__ import annotations

@@ -16,6 +16,31 @@ process make it, so a refusal leaves the job in the host's network, said plainly
 namespace is never half made: once this process has left the host's network, any later
 failure is :class:`IsolationFailed`, which fails the job (a namespace without loopback
 made every local connection fail with "Network is unreachable").
+
+Design decision
+---------------
+
+- **Built for ordinary accounts, tested as one** (2026-12-06). The people this is for
+  are not root. `launchers/isolation.py` reads the uid and gid before
+  `unshare(CLONE_NEWUSER)` (after it they read as the overflow id, `uid_map` is refused
+  and loopback stays down), and decides isolation before any process of the job
+  starts: a forked child makes the namespaces, brings loopback up and connects to it;
+  only then does the supervisor make its own; a half-made namespace fails the job in
+  one line. Where namespaces are refused the job runs with a warning naming every port
+  of its plan and who reaches it (`Launcher.reachable_by`), unless a server of it runs
+  what it is sent (`Backend.needs_isolation`: Horovod elastic's rendezvous, TensorFlow's
+  gRPC servers), which is refused unless the user asked for other hosts
+  (`Launcher.runs_on_other_hosts`: ssh, Slurm, a Ray cluster; Horovod elastic is
+  refused there too). A pooled process joins the job's user namespace, then its network
+  namespace, then drops the capabilities joining gave it (`pool/idle.enter_network`).
+  The supervisor raises its open-files soft limit to the hard limit (its children
+  inherit it): its TCP channels (Slurm, Ray) are open to unauthenticated connections
+  until they sign, and at 1024 a flood killed it. `make test` runs the user battery as
+  `distrain-alice` (`tests/users/as_user.sh`) and only the tests marked `root` as root;
+  `tests/test_users.py` has her neighbour `distrain-bob` probe her running jobs, and
+  a real JupyterHub (`tests/hubserver.py`: LocalProcessSpawner, the idle culler) spawns
+  both, driven through its API and kernels (`tests/test_hub.py`) and in Chromium
+  (`labextension/ui-tests/tests/hub.spec.ts`). The UI tests' own server runs as her too.
 """
 
 from __future__ import annotations

@@ -6,6 +6,18 @@ oversubscribe; where the cgroup ``cpu`` controller is writable (root on most
 Linux machines) a fractional C also becomes a CFS quota. ``--memory`` is
 enforced by the supervisor's monitor, which samples each worker's resident set
 (children included) and stops a worker that goes over.
+
+Design decision
+---------------
+
+- **`--memory`** is enforced by sampling each worker's resident set (with its
+  children) every 0.5 s; over the limit, the worker is SIGKILLed and the job
+  fails with "worker 1 exceeded 2.0 GiB". RLIMIT_AS was rejected: TensorFlow
+  reserves far more virtual memory than it uses. **`--cpu C`** pins each worker
+  to ceil(C) cores (round robin over the cores we may use), sets
+  `OMP_NUM_THREADS`/`TF_NUM_INTRAOP_THREADS`/`TF_NUM_INTEROP_THREADS`, and for a
+  fractional C adds a CFS quota through a cgroup (v1 or v2) when the cgroup
+  tree is writable (it is, as root, on these machines); otherwise affinity only.
 """
 
 from __future__ import annotations

@@ -1,4 +1,16 @@
-"""Local launcher: every process on this machine, in its own session, dying with the supervisor."""
+"""Local launcher: every process on this machine, in its own session, dying with the supervisor.
+
+Design decision
+---------------
+
+- **Logs go straight from the worker to its file.** The launcher opens
+  `logs/<role>-<index>.log` and passes it as the process's stdout and stderr,
+  with `PYTHONUNBUFFERED=1`. Nothing sits between the worker and the disk, so
+  no line is lost if the supervisor or the kernel dies. The cell streams output
+  by tailing those files (`follow.LogTail`, one `tail.LineReader` per log) and
+  prefixes each line with `[rank]`. Under `mpirun` one process hosts every
+  rank, so the bootstrap `dup2`s its own fds onto `logs/worker-<rank>.log`.
+"""
 
 from __future__ import annotations
 

@@ -6,6 +6,25 @@ Jupyter's authentication, and its XSRF check for requests that change something.
 While a job of the user runs, the server counts as active (:func:`report_activity`),
 so that a JupyterHub idle culler does not stop it under a training job; the sidebar's
 polls of the routes do not count (the handlers' reads are not activity).
+
+How the server extension works
+------------------------------
+
+REST under `<base_url>/distrain/`, one handler per resource (dask-labextension's
+shape): `jobs`, `jobs/<id>` (`GET`, `PATCH {"workers": n}` to scale, `DELETE` to
+stop), `jobs/<id>/logs` (`tail=N` from the end, or `offset=` for what was written
+since: the answer's `offset` is where the next read starts) and `jobs/<id>/metrics`
+(`since=` a byte offset of `metrics.jsonl`). Reads are bounded (256 KiB, 5,000
+records); nothing is written but through the job's control channel, except
+`DELETE /distrain/jobs` (remove finished jobs, `client/retention.clean`). `flags` serves
+the flag table (the form's fields) and `POST flags/check` answers what the magic would
+refuse a line with (a read). Every route is `@authenticated` and `@authorized` on the
+`distrain` resource (`read` for GET, `write` for PATCH/DELETE: a read-only authorizer
+forbids changes); scale, stop and
+clean run off the event loop, and finished jobs' models are kept until their files
+change; `PATCH`/`DELETE` from a browser session need the XSRF token (tested
+with a real login cookie). Enabled on install by
+`jupyter-config/jupyter_server_config.d/jupyter_distrain.json`.
 """
 
 from __future__ import annotations

@@ -10,6 +10,70 @@ jupyter_distrain.supervisor.standby``), which the next job is handed to.
 - ``outcomes``: hello, bye, metrics and exits, and the backend's rules after each exit;
 - ``scaling``, ``periodic``, ``termination``: the protocols the loop runs;
 - ``channels``: the control and metrics channels and the worker environment.
+
+How the supervisor works
+------------------------
+
+One small package; each file's first line says what it owns.
+
+- `core.py`, the **event loop, the only writer of the job's state**. Other
+  threads never touch the table or `JobStatus`: the control server's threads
+  post `Hello`/`Bye`/`StopRequested`/`StopProcesses`, the metrics collector
+  posts `Metric`, one waiter thread per launched process posts `Exited`, the
+  signal handlers post `StopRequested` (the inbox is a `queue.SimpleQueue`,
+  whose `put` is safe in a signal handler), and an elastic Horovod driver's
+  threads ask for `StartProcess`. Requests that want an answer (`scale`,
+  `StartProcess`) carry a `Future` that the loop completes (the caller gets the
+  loop's exception, e.g. "cannot scale a job that is launching"). `status`
+  requests are answered from the last state the loop published, never from
+  live objects.
+- `events.py`: the event types and the `Inbox`.
+- `generation.py` + `table.py`: one launch of the job (launcher, backend plan,
+  process table keyed by `ProcessId`), started and stopped together; scaling
+  by checkpoint-and-restart replaces the generation. Exits are matched to the
+  table by the launcher's handle object, so a late exit of an earlier
+  generation is ignored without comparing pids.
+- `outcomes.py`: hello (a member a helper started, i.e. an MPI rank, is
+  adopted here through `launcher.adopt(pid)`), bye, metrics, exits, and after
+  each exit the backend's `outcome()` rule.
+- `scaling.py`: the scaling protocol (in place through the plan's services,
+  else SIGUSR1 through each member's handle and restart on the first
+  `CHECKPOINT_EXIT`).
+- `periodic.py`: the duties the loop ticks, one small class each: startup
+  deadline, memory limit, scale timeout, orphan reaping, saving live metrics.
+- `termination.py`: SIGTERM to each tree, `--grace`, SIGKILL, wait.
+- `channels.py`: the control and metrics channels and the worker environment.
+
+**The supervisor never touches a pid.** Every signal, memory reading and
+liveness check goes through a `LaunchedProcess` a launcher returned
+(`signal(sig, tree=)`, `memory_bytes()`, `poll()`, `wait()`), and sweeping
+escaped grandchildren or reaping orphans is `launcher.sweep()` /
+`launcher.reap()`. The local launcher keeps a `psutil.Process` per handle, so
+a signal never reaches a reused pid. An ssh or Ray launcher implements the
+same five verbs once.
+
+**Backends return a plan.** `Backend.prepare(slots, network, worker) -> Plan`
+is the one hook that starts anything (Horovod's rendezvous server, the
+elastic driver); the plan carries the processes to start, the `Services` to
+stop at the end (`start(host)`, `resize(n)`, `stop()`), and facts for
+state.json (`info`: the TF cluster). `outcome(rows, ended)` decides the end.
+Nothing is stashed on the backend between calls. The elastic runner gets a
+typed `JobHost` (`start_process`, `backend_done`) instead of the backend.
+
+**mpirun lives in the MPI path.** `mpirun_process()` returns one
+`ProcessSpec` whose `hosts` maps the ranks it will start to their slots. The
+table makes a row per rank (members) and one for mpirun (a helper, shown in
+`JobStatus.helpers`, never in the rows views draw). Ranks name themselves
+from their MPI rank (`Env.IDENTITY_FROM_MPI`), say hello with their pid (the
+loop adopts them through the launcher) and bye with their code; ranks that
+said no bye end with their mpirun.
+
+**The contract** (`contract/process.py`): `ProcessId(role, index)` (the only place
+that makes "worker-1"), every `JUPYTER_DISTRAIN_*` name (`Env`), the
+channels a worker is given (`WorkerChannels`), `hello`/`bye` message shapes,
+`CHECKPOINT_EXIT`. Control messages and metrics records both name their
+process with `role` + `index`. The worker reads and writes the job directory
+through `JobDir` (spec, pushed values, result, checkpoints, its own log).
 """
 
 from __future__ import annotations

@@ -3,7 +3,65 @@ Horovod); otherwise ask every member to checkpoint, wait until every member has 
 with ``CHECKPOINT_EXIT`` (rank 0 may still be writing the backup the next generation
 resumes from when the others are done), and restart the job at the new size. A member
 that ends any other way meanwhile fails the job: a restart must never resume from a
-backup nobody finished."""
+backup nobody finished.
+
+Scaling
+-------
+
+- **Checkpoint and restart** (every backend): `scale` sends SIGUSR1 to every
+  process through its launcher handle; the bootstrap's handler sets a flag.
+  Under Keras `fit`, at the next epoch end, the replicas agree on the flag (a
+  Horovod allreduce, or the tf.distribute strategy's reduce), back up and exit
+  with `CHECKPOINT_EXIT` (75). The supervisor then **waits for every member to
+  exit** (rank 0 may still be writing the one backup the next generation
+  resumes from when the others are done; up to 60 s, then the rest are stopped):
+  only when all exited with 75 does it write the new worker count into
+  spec.json and launch generation N+1 (records of the old processes go to
+  events.jsonl, `restart`). A member ending any other way meanwhile fails the
+  job ("rank 0 ended with exit code 1 while the job checkpointed to scale: not
+  restarting"): a restart never resumes from a backup nobody finished. Under
+  Horovod, rank 0's backup is the truth: other ranks copy it into their own
+  directory before `fit`. **A backup belongs to one `fit` call** (the N-th of
+  the program: `checkpoints/keras-backup/fit-N`) and is deleted when that `fit`
+  completes, so a later `fit` in the same job never restores old weights.
+  Custom loops use `should_checkpoint()`, `checkpoint_dir()` and exit 75
+  themselves. A job that never checkpoints keeps running: after 10 minutes the
+  request is dropped (`scale_failed`). BackupAndRestore does not support
+  ParameterServerStrategy, so ps jobs scale only through custom checkpoints.
+- **Elastic Horovod** (cells that use `hvd.elastic`): the backend's services
+  are Horovod's `ElasticDriver` with a discovery object the supervisor changes
+  (`SupervisorDiscovery`) and a rendezvous server bound to the driver address.
+  The driver decides when processes start, so it calls back through the typed
+  `JobHost` it was started with (`start_process` posts a `StartProcess` request
+  to the loop and waits for its answer, so records, logs and cleanup stay the
+  loop's); scaling changes the slot count, the driver starts the new worker
+  (or removes the last one: its row is marked `stopped`, not lost) and the
+  running ranks re-rendezvous without restarting. The driver reports the end
+  (`backend_done`).
+  - **Horovod's documented Keras path works with Keras's default optimizer.**
+    `KerasState.sync()` broadcasts the model's variables, then the optimizer's;
+    a Keras 2.11+ optimizer creates its variables at its first update, so a
+    joining rank had none while the others had five, the broadcasts did not
+    pair up and every rank waited for ever (seen: ranks 0 and 1 in
+    `broadcast_variables(optimizer.variables())`, rank 2 already in
+    `broadcast_object`, dumped with `kill -USR2`: the bootstrap registers
+    `faulthandler` on SIGUSR2). `worker/horovod_hook.py` builds the optimizer
+    on the model's variables before Horovod's `sync` (legacy optimizers: their
+    `_create_all_weights`).
+  - **A resize is tracked until it is done**: `scaling.InPlace` waits until
+    every rank has made a step at the new size (`scaled` event with the
+    seconds it took); if that does not happen within `--timeout`, the job fails
+    naming the phase it was stuck in ("starting worker-2", "the rendezvous at
+    size 3", "the state sync before a first step at size 3 (worker-2)").
+    Horovod's `TensorFlowState` still deadlocks a joining worker in eager mode
+    (it broadcasts in its constructor); such a job now fails that way instead
+    of looking healthy.
+- **Stalls**: when no rank's step has advanced for `--stall-timeout` seconds
+  (default 60, 0 off) the cell prints, once per stall, "training stalled: no
+  step since 21:04:31 (over 60 s): rank 0 at step 1305, rank 1 at step 1305",
+  and the widget shows it. A process that is not heard at all (no heartbeat:
+  SIGSTOP, frozen) for `--hang-timeout` seconds (default 120) fails the job.
+"""
 
 from __future__ import annotations
 

@@ -11,6 +11,25 @@ the job failed ("the
 supervisor was lost") with every live row killed, and exits. What the job held
 elsewhere (a Slurm allocation) its launcher releases (``Launcher.release_lost``). It holds no
 socket, no lock and no thread: a few MiB of a freshly started interpreter.
+
+Robustness
+----------
+
+- **The supervisor's warden.** `python -m jupyter_distrain.supervisor` forks:
+  the child supervises, the parent (a child subreaper with no socket, thread or
+  lock) waits for it. If the supervisor dies without a final state, the warden
+  kills everything of the job that is left (orphans become its children),
+  marks the state failed ("the supervisor was lost (killed by signal 9)") with
+  every live row killed, and exits. PDEATHSIG alone reached only direct
+  children; mpirun's ranks and setsid-ed grandchildren survived.
+- **Exact liveness**: the job's `lock` file is flocked by the kernel before the
+  supervisor is spawned and handed to it (`pass_fds`); `Job.status()` asks the
+  lock, not a pid.
+- **Launching is one process per loop turn**, so a stop, a signal or the
+  startup deadline is handled during a launch; requests the machine cannot
+  hold are refused before anything starts (`Launcher.check_capacity`).
+- **A full disk**: 256 KiB set aside at start are given back when a write
+  finds the disk full, so the final state and events are still written.
 """
 
 from __future__ import annotations

@@ -11,6 +11,18 @@ supervisor, then runs in the mode the backend chose:
 - ``tf1_run`` (``seed`` before): Cloudera's ``run_cluster`` contract: the program defines
   ``run(cluster, server, task_index)``; ps tasks join their server, workers
   call ``run``. TF1 graph mode, as such programs expect.
+
+Design decision
+---------------
+
+- **A worker's temporary files are the job's.** The bootstrap points `TMPDIR` (and
+  `tempfile.tempdir`, for pooled processes) at `<job>/tmp/<role>-<index>/` (0700)
+  unless the job's `--env` sets it: TensorFlow's AutoGraph writes
+  `__autograph_generated_file*.py` with `delete=False` and removes them only at exit,
+  so every stopped (SIGKILLed) worker left two in `/tmp` (found by
+  `benchmarks/soak.py`); now they go with the job under the retention rule. The price
+  is longer paths for programs that put Unix sockets under `tempfile` (the 108-byte
+  limit): not seen yet, to watch.
 """
 
 from __future__ import annotations
