@@ -8,8 +8,10 @@ import subprocess
 import sys
 
 import pytest
+from IPython.core.error import UsageError
 from IPython.core.interactiveshell import InteractiveShell
 
+from jupyter_distrain.client.magics import DistributedMagics
 from jupyter_distrain.contract.cellcheck import check_syntax, undefined_names
 from jupyter_distrain.contract.process import Env, Mode
 from jupyter_distrain.contract.spec import JobSpec, SpecError, parse_env_pairs, parse_names
@@ -191,3 +193,14 @@ def test_no_module_answers_to_a_name_no_release_shipped():
     )
     done = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True)
     assert done.stdout.split() == ["False", "done"], done.stdout + done.stderr
+
+
+def test_the_cell_magics_flags_given_to_the_line_magic_say_what_to_type(jobs_root):
+    """``%distributed --workers 2`` (one %, a common slip) names the cell magic; nothing
+    is launched."""
+    magics = DistributedMagics(InteractiveShell.instance())
+    with pytest.raises(UsageError) as said:
+        magics.distributed("--workers 2 --backend torch")
+    assert "make `%%distributed --workers 2 --backend torch` its first line" in str(said.value)
+    assert "invalid choice" not in str(said.value)
+    assert list(jobs_root.iterdir()) == []

@@ -167,6 +167,11 @@ class DistributedMagics(Magics):
 
     # --- %distributed COMMAND --------------------------------------------------
     def _line_command(self, line: str) -> Any:
+        if line.lstrip().startswith("-"):  # one % where the cell magic takes two
+            raise UsageError(
+                f"%distributed runs a job command ({', '.join(commands.NAMES)}); to run a "
+                f"cell on workers, make `%%distributed {line.strip()}` its first line"
+            )
         args = _line_parser().parse_argstring(line)
         if args.command is None:
             raise UsageError(f"%distributed needs a command: {', '.join(commands.NAMES)}")
