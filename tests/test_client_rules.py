@@ -26,6 +26,8 @@ from jupyter_distrain.client.widget import (
     stragglers,
     time_to_first_step,
 )
+from jupyter_distrain.client.widget.render import header_html
+from jupyter_distrain.client.widget.text import summary_line
 from jupyter_distrain.contract.process import ProcessId
 from jupyter_distrain.contract.spec import JobSpec
 from jupyter_distrain.contract.status import JobStatus, ProcessRecord
@@ -79,6 +81,33 @@ def test_launch_progress_and_time_to_first_step():
     assert time_to_first_step(12.5, 10.0) == 2.5
     assert time_to_first_step(None, 10.0) is None
     assert time_to_first_step(12.5, None) is None
+
+
+@pytest.mark.parametrize(
+    ("state", "exits", "up", "rate"),
+    [
+        ("running", [None, None], "2/2 processes up", "4,404 images/sec"),
+        ("succeeded", [0, 0], "2/2 finished", "4,404 images/sec at the end"),
+        ("failed", [1, 0], "1/2 finished, 1 failed", "4,404 images/sec at the end"),
+    ],
+)
+def test_the_summary_line_says_what_the_widget_says(tmp_path, state, exits, up, rate):
+    """At every moment: processes up while it runs, finished after (a succeeded job read
+    "0/2 processes up", like a failure), and the widget's rate (it read 0 images/sec at
+    the end while the widget said 4,404)."""
+    job_dir = new_job_dir(tmp_path)
+    live = "running" if state == "running" else "exited"
+    processes = [
+        record(i, live, step=3, images_per_sec=2202.0, exit_code=code)
+        for i, code in enumerate(exits)
+    ]
+    job_dir.write_state(JobStatus(state=state, workers=2, processes=processes))
+    model = JobModel(Job(job_dir))
+    model.update()
+    line = summary_line(model)
+    assert line == f"[{job_dir.id}] {state}: {up}, step 3, {rate}"
+    number, what = rate.split(" ", 1)
+    assert f"<b>{number}</b> {what}" in header_html(model)
 
 
 def test_job_model_reads_metrics_incrementally_keyed_by_process(tmp_path):

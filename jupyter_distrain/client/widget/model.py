@@ -12,7 +12,12 @@ from collections.abc import Collection, Iterable, Mapping, Sequence
 from typing import Any
 
 from ...contract.process import ProcessId, metric_number
-from ...contract.status import JobStatus, ProcessRecord, aggregate_images_per_sec
+from ...contract.status import (
+    FINAL_STATES,
+    JobStatus,
+    ProcessRecord,
+    aggregate_images_per_sec,
+)
 from ...contract.tail import LineReader
 from ..job import Job
 
@@ -59,6 +64,23 @@ def launch_progress(processes: Sequence[ProcessRecord]) -> str:
     """How many processes are up, e.g. ``"1/2 processes up"``."""
     up = sum(p.state == "running" for p in processes)
     return f"{up}/{len(processes)} processes up"
+
+
+def processes_text(state: str, processes: Sequence[ProcessRecord]) -> str:
+    """The processes in a few words: how many are up while the job launches or runs
+    (``"1/2 processes up"``), how many finished once it has ended (``"2/2 finished"``,
+    with those that failed or were stopped)."""
+    if state not in FINAL_STATES:
+        return launch_progress(processes)
+    finished = sum(p.exit_code == 0 for p in processes)
+    stopped = sum(p.stopped for p in processes)
+    failed = sum(p.exit_code not in (0, None) and not p.stopped for p in processes)
+    text = f"{finished}/{len(processes)} finished"
+    return (
+        text
+        + (f", {failed} failed" if failed else "")
+        + (f", {stopped} stopped" if stopped else "")
+    )
 
 
 def time_to_first_step(first_step_time: float | None, created: float | None) -> float | None:
@@ -122,6 +144,18 @@ class JobModel:
 
     def aggregate_images_per_sec(self) -> float:
         return aggregate_images_per_sec(self.processes())
+
+    def processes_text(self) -> str:
+        return processes_text(self.status.state, self.processes())
+
+    def rate(self) -> tuple[float, str]:
+        """The job's images/sec as every view says it: the live processes' latest rates
+        while it runs; once it has ended (nothing is live), the workers' last rates,
+        "at the end"."""
+        if self.status.state in FINAL_STATES:
+            last = sum(p.images_per_sec or 0.0 for p in self.processes() if p.role == "worker")
+            return last, "images/sec at the end"
+        return self.aggregate_images_per_sec(), "images/sec"
 
     def stragglers(self) -> list[str]:
         """Workers more than 20% below the median images/sec over the last 20 steps."""

@@ -12,7 +12,6 @@ import html
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from ...contract.status import FINAL_STATES
 from .model import JobModel, process_of
 
 STATE_COLOURS = {
@@ -62,11 +61,8 @@ def header_html(model: JobModel) -> str:
     first_step = model.time_to_first_step()
     if first_step is not None:
         parts.append(f"first step after {first_step:.1f} s")
-    if state in FINAL_STATES:  # nothing is live: the workers' last rates
-        last = sum(p.images_per_sec or 0.0 for p in model.processes() if p.role == "worker")
-        parts.append(f"<b>{last:,.0f}</b> images/sec at the end")
-    else:
-        parts.append(f"<b>{model.aggregate_images_per_sec():,.0f}</b> images/sec")
+    rate, what = model.rate()
+    parts.append(f"<b>{rate:,.0f}</b> {what}")
     stragglers = model.stragglers()
     if stragglers:
         straggling = html.escape(", ".join(stragglers))

@@ -13,15 +13,16 @@ from .model import JobModel
 
 
 def summary_line(model: JobModel) -> str:
-    """The job in one line: state, processes up, step (of the total: progress),
-    images/sec, ETA."""
+    """The job in one line, saying what the widget says: state, processes up (or
+    finished), step (of the total: progress), images/sec, ETA."""
     done, eta = model.progress()
     steps = [p.step or 0 for p in model.processes()]
+    rate, what = model.rate()
     return (
-        f"[{model.job.id}] {model.status.state}: {model.launch_progress()}, "
+        f"[{model.job.id}] {model.status.state}: {model.processes_text()}, "
         f"step {max(steps, default=0)}"
         + (f"/{model.total_steps} ({done:.0%})" if model.total_steps else "")
-        + f", {model.aggregate_images_per_sec():,.0f} images/sec"
+        + f", {rate:,.0f} {what}"
         + (f", ETA {eta:.0f} s" if eta else "")
     )
 
