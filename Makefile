@@ -123,8 +123,11 @@ $(STAMPS)/package: $(STAMPS)/tensorflow-$(TF) $(HOROVOD.$(TF)) $(TORCH.$(WITH_TO
 	$(PIP) install -q -e ".[dev$(if $(TORCH.$(WITH_TORCH)),$(comma)torch)$(JAX_EXTRA.$(WITH_JAX))]"
 	@touch $@
 
+# the executed copy goes to build/demo (ignored): the tracked *.executed.ipynb change only
+# when written on purpose (notebooks/run.py without --out)
 demo: setup
-	$(PY) notebooks/run.py notebooks/01-quickstart.ipynb
+	mkdir -p build/demo
+	$(PY) notebooks/run.py notebooks/01-quickstart.ipynb --out build/demo
 
 # JupyterLab on the notebooks, with the extension built and linked (--allow-root as root)
 lab: setup $(STAMPS)/labextension

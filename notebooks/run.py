@@ -9,9 +9,11 @@ from __future__ import annotations
 
 import argparse
 import sys
+import tempfile
 from pathlib import Path
 
 import nbformat
+from jupyter_client.manager import KernelManager
 from nbclient import NotebookClient
 from nbclient.exceptions import CellExecutionError
 
@@ -25,16 +27,16 @@ def execute(path: Path, out: Path | None = None, timeout: int = 600) -> nbformat
     """Run every cell of ``path`` in a kernel working in ``out`` (default: the
     notebook's folder), and write the executed copy there."""
     nb = nbformat.read(path, as_version=4)
-    client = NotebookClient(
-        nb,
-        timeout=timeout,
-        kernel_name="python3",
-        resources={"metadata": {"path": str(out or path.parent)}},
-    )
-    try:
-        client.execute()
-    finally:
-        nbformat.write(nb, executed_path(path, out))
+    # the kernel's channels on Unix sockets in a private folder, not TCP on localhost
+    # (reachable by every account here; the kernel warns of it)
+    with tempfile.TemporaryDirectory(prefix="kernel-") as sockets:
+        kernel = KernelManager(kernel_name="python3", transport="ipc", ip=f"{sockets}/ipc")
+        where = {"metadata": {"path": str(out or path.parent)}}
+        client = NotebookClient(nb, km=kernel, timeout=timeout, resources=where)
+        try:
+            client.execute()
+        finally:
+            nbformat.write(nb, executed_path(path, out))
     return nb
 
 

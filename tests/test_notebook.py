@@ -71,6 +71,8 @@ def _run(name: str, jobs_root: Path, env: dict[str, str] | None = None) -> list[
         env={**os.environ, "JUPYTER_DISTRAIN_ROOT": str(jobs_root), **(env or {})},
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
+    # its channels on Unix sockets of its own: no kernel reachable over TCP (it said so)
+    assert "Kernel is running over TCP" not in proc.stderr, proc.stderr[-3000:]
     executed = nbformat.read(out / f"{name}.executed.ipynb", as_version=4)
     return [
         "".join(o.get("text", "") for o in cell.get("outputs", []))
