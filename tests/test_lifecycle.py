@@ -107,6 +107,29 @@ def test_failing_worker_fails_the_job_names_the_rank_and_stops_the_others(kernel
     wait_for(lambda: not any(running(p) for p in job_pids(job)), 5, what="job processes to exit")
 
 
+def test_a_rank_that_crashes_in_native_code_shows_where_it_was(kernel, jobs_root):
+    """A segmentation fault in rank 1 (``ctypes.string_at(0)``): the cell names the
+    signal and shows the rank's Python stack at the fault (the cell's own file and line),
+    not "exit code -11"; nothing is left."""
+    cell = (
+        "%%distributed --workers 2\n"
+        "import ctypes, os, time\n"
+        "def read_a_bad_pointer():\n"
+        "    return ctypes.string_at(0)\n"
+        "if os.environ['JUPYTER_DISTRAIN_RANK'] == '1':\n"
+        "    read_a_bad_pointer()\n"
+        "time.sleep(120)\n"
+    )
+    out = kernel.execute(cell)
+    assert out.error is not None and out.error["ename"] == "JobFailed"
+    assert "rank 1 failed first (killed by SIGSEGV, a segmentation fault)" in out.error["evalue"]
+    shown = "\n".join(out.error["traceback"])
+    assert "Fatal Python error: Segmentation fault" in shown, shown
+    assert re.search(r'File ".*train\.py", line 3 in read_a_bad_pointer', shown), shown
+    job = only_job(jobs_root)
+    wait_for(lambda: not any(running(p) for p in job_pids(job)), 5, what="job processes to exit")
+
+
 def test_interrupt_stops_every_process_within_grace(kernel, jobs_root):
     grace = 3
     cell = (

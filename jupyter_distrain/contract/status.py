@@ -22,11 +22,35 @@ from __future__ import annotations
 
 import dataclasses
 import ipaddress
+import signal
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
 from .process import ProcessId
+
+# what a native crash's signal means, in words a user reads
+_CRASHES = {
+    signal.SIGSEGV: "a segmentation fault",
+    signal.SIGBUS: "a bus error",
+    signal.SIGFPE: "an arithmetic error",
+    signal.SIGILL: "an illegal instruction",
+    signal.SIGABRT: "aborted",
+}
+
+
+def exit_text(code: int | None) -> str:
+    """How a process ended, in words: ``"exit code 3"``, ``"killed by SIGKILL"``,
+    ``"killed by SIGSEGV, a segmentation fault"`` (a negative code is the signal)."""
+    if code is None or code >= 0:
+        return f"exit code {code}"
+    try:
+        sig = signal.Signals(-code)
+    except ValueError:
+        return f"killed by signal {-code}"
+    crash = _CRASHES.get(sig)
+    return f"killed by {sig.name}" + (f", {crash}" if crash else "")
+
 
 FINAL_STATES = frozenset({"succeeded", "failed", "stopped"})
 LIVE_PROCESS_STATES = frozenset({"pending", "starting", "running"})

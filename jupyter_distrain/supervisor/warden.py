@@ -19,7 +19,7 @@ Robustness
   the child supervises, the parent (a child subreaper with no socket, thread or
   lock) waits for it. If the supervisor dies without a final state, the warden
   kills everything of the job that is left (orphans become its children),
-  marks the state failed ("the supervisor was lost (killed by signal 9)") with
+  marks the state failed ("the supervisor was lost (killed by SIGKILL)") with
   every live row killed, and exits. PDEATHSIG alone reached only direct
   children; mpirun's ranks and setsid-ed grandchildren survived.
 - **Exact liveness**: the job's `lock` file is flocked by the kernel before the
@@ -40,7 +40,7 @@ import os
 import signal
 import time
 
-from ..contract.status import JobStatus
+from ..contract.status import JobStatus, exit_text
 from ..contract.store import JobDir
 from ..processes import kill_descendants, kill_tree, reap_zombies
 
@@ -61,8 +61,7 @@ def watch(job: JobDir, supervisor: int) -> int:
     if status.done:
         return 0
     release_lost(job)
-    how = f"killed by signal {-code}" if code < 0 else f"exit code {code}"
-    error = f"the supervisor was lost ({how}); every process of the job was stopped"
+    error = f"the supervisor was lost ({exit_text(code)}); every process of the job was stopped"
     log.error("%s (%d left behind)", error, len(killed))
     try:
         job.write_state(status.lost(error, row_state="killed"))

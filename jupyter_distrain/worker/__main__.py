@@ -216,6 +216,9 @@ def main() -> int:
     # SIGUSR1's default action would end the process
     signal.signal(signal.SIGUSR1, instrument.request_checkpoint)
     faulthandler.register(signal.SIGUSR2, all_threads=True)  # a hung worker shows its stacks
+    # a native crash (segfault, abort, bus error) writes the crashing thread's Python
+    # stack to the log before the process dies: the cell shows where it was, not a code
+    faulthandler.enable(all_threads=False)
     address = os.environ.get(Env.ADDRESS, "")
     _tell_supervisor(channels, contract.hello(me, os.getpid(), socket.gethostname(), address))
     metrics.reporter()  # heartbeats from now on: silence means a hung process
