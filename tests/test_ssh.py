@@ -605,6 +605,25 @@ def test_the_files_go_with_each_hosts_first_session_and_its_others_wait_for_them
     ]
 
 
+def test_more_ranks_on_a_host_than_sshd_takes_sessions_on_one_connection_all_run(
+    cluster, jobs_root
+):
+    """sshd takes at most 10 sessions on one connection (its default MaxSessions, which
+    the test hosts keep): 16 ranks on each host, all up at once, go through more than one
+    connection to it (the eleventh was refused: "Session open refused by peer"); the
+    job's own connections end with it."""
+    code = (
+        "import os, time\n"
+        "print('rank', os.environ['JUPYTER_DISTRAIN_RANK'], 'up', flush=True)\n"
+        "time.sleep(3)\n"
+    )
+    job = api.submit(JobSpec(code=code, workers=32, backend="plain", **cluster.options(slots=16)))
+    assert job.wait(300) == "succeeded", job.status().error
+    for rank in range(32):
+        assert f"rank {rank} up" in job.logs(ProcessId("worker", rank))
+    assert wait_until_gone(job.id, 30) == []
+
+
 def test_what_a_killed_job_left_on_the_hosts_goes_at_the_next_contact(cluster, jobs_root):
     spec = JobSpec(code=LOOP, workers=2, backend="plain", **cluster.options())
     job = api.submit(spec)

@@ -41,6 +41,7 @@ from .bring_back import bring_back
 from .carry import Carrier, check_each
 from .handles import RemoteRank, SshProcess
 from .kept import close_kept, kept, kept_masters
+from .lanes import Lanes
 from .mpi import start_mpirun
 from .pools import host_pools
 from .pools import remember as remember_pool_host
@@ -120,7 +121,7 @@ class SshLauncher(Launcher):
             )
         self.hosts = [RemoteHost(**h) for h in self.spec.placement]
         self._files = Carrier(self.job, self.options, self._host)
-        self._forwards: dict[str, list[str]] = {}  # by host name: on its master
+        self._lanes = Lanes(self.options, self.spec.timeout)  # the connections to each host
         self._processes: list[SshProcess] = []  # every session: processes and guards
         self._guards: dict[str, SshProcess] = {}  # by host name: for mpirun's ranks
         self._mpirun: LaunchedProcess | None = None
@@ -269,9 +270,10 @@ class SshLauncher(Launcher):
     ) -> SshProcess:
         """An ssh session on ``name`` running the agent (sent ``request`` first, then
         ``payload``), its stdout appended to ``log_path``."""
+        lane, options = self._lanes.choose(name)
         with open(log_path, "ab", buffering=0) as log_file:
             popen = subprocess.Popen(
-                self.options.ssh_argv(name, self.options.agent(*agent_args), *forwards),
+                options.ssh_argv(name, options.agent(*agent_args), *forwards),
                 stdin=subprocess.PIPE,
                 stdout=log_file,
                 stderr=subprocess.PIPE,
@@ -279,7 +281,7 @@ class SshLauncher(Launcher):
             )
         handle = SshProcess(popen, name, log_path, request, payload)
         self._processes.append(handle)
-        self._forwards.setdefault(name, []).extend(forwards)
+        self._lanes.add(name, lane, handle, forwards)
         return handle
 
     def _remote_argv(self, argv: list[str]) -> list[str]:
@@ -314,14 +316,7 @@ class SshLauncher(Launcher):
         for failure in failures:
             if failure is not None:
                 self.warn(str(failure))
-        if self.options.keep:  # the masters stay for the next job; the forwards go
-            on_each(
-                list(self._forwards),
-                lambda name: self.options.cancel_forwards(name, self._forwards[name]),
-            )
-        else:
-            on_each([h.name for h in self.hosts], self.options.close_master)
-        self._forwards.clear()
+        self._lanes.close([h.name for h in self.hosts])
         self._files.unpacked.clear()
         if self._control_dir:
             shutil.rmtree(self._control_dir, ignore_errors=True)
