@@ -179,30 +179,27 @@ def parse(text: str) -> tuple[float, float]:
     return float(match.group(1)), float(match.group(2))
 
 
-def run_horovodrun(script: Path) -> tuple[float, float]:
-    horovodrun = Path(sys.executable).with_name("horovodrun")
+def run_by_hand(argv: list[str]) -> tuple[float, float]:
+    """A launcher run by hand: what it printed stands even if it exits non-zero after
+    that (torch's Gloo teardown sometimes aborts a rank at exit, once it has printed)."""
     started = time.time()
-    proc = subprocess.run(
-        [str(horovodrun), "--gloo", "-np", "2", "-H", "localhost:2", sys.executable, str(script)],
-        capture_output=True,
-        text=True,
-        check=True,
-    )
+    proc = subprocess.run(argv, capture_output=True, text=True)
+    if proc.returncode:
+        print(f"  ({Path(argv[0]).name} exited {proc.returncode}: {proc.stderr.strip()[-300:]!r})")
     first, rate = parse(proc.stdout)
     return first - started, rate
+
+
+def run_horovodrun(script: Path) -> tuple[float, float]:
+    horovodrun = str(Path(sys.executable).with_name("horovodrun"))
+    return run_by_hand(
+        [horovodrun, "--gloo", "-np", "2", "-H", "localhost:2", sys.executable, str(script)]
+    )
 
 
 def run_torchrun(script: Path) -> tuple[float, float]:
-    torchrun = Path(sys.executable).with_name("torchrun")
-    started = time.time()
-    proc = subprocess.run(
-        [str(torchrun), "--standalone", "--nproc-per-node", "2", str(script)],
-        capture_output=True,
-        text=True,
-        check=True,
-    )
-    first, rate = parse(proc.stdout)
-    return first - started, rate
+    torchrun = str(Path(sys.executable).with_name("torchrun"))
+    return run_by_hand([torchrun, "--standalone", "--nproc-per-node", "2", str(script)])
 
 
 def free_port() -> int:
@@ -380,6 +377,35 @@ def run_column(
     return run_distributed(shell, code, flags)  # warm, back to back, no standby
 
 
+def run_round(
+    units: list[list[str]],
+    index: int,
+    shell: Any,
+    code: str,
+    script: Path,
+    flags: str,
+    args: argparse.Namespace,
+) -> dict[str, tuple[float, float]]:
+    """One round: every column once, in ``units``' order; a run that fails is run again
+    once (a second failure fails the round)."""
+    figures = {}
+    for unit in units:
+        for name in unit:
+            try:
+                res = run_column(name, shell, code, script, flags, args.framework)
+            except (RuntimeError, subprocess.SubprocessError) as exc:
+                print(f"round {index + 1} {name}: failed ({exc!s:.200}), again", flush=True)
+                res = run_column(name, shell, code, script, flags, args.framework)
+            figures[name] = res
+            print(
+                f"round {index + 1} {name:<14} first step {res[0]:6.2f} s  {res[1]:7.1f} steps/s",
+                flush=True,
+            )
+        if unit[0] in POOLED:
+            wait_for_pool()  # its refill imports: not beside the next run
+    return figures
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=20)
@@ -403,19 +429,22 @@ def main() -> int:
         flags = "--env JUPYTER_DISTRAIN_INSTRUMENT=0" if args.no_instrument else ""
         run_distributed(shell, code, flags)  # primes the pool
         wait_for_pool()
+        skipped = 0
         for i in range(args.rounds):
             turn = i % len(units)
-            for unit in units[turn:] + units[:turn]:
-                for name in unit:
-                    res = run_column(name, shell, code, script, flags, args.framework)
-                    results[name].append(res)
-                    print(
-                        f"round {i + 1} {name:<14} first step {res[0]:6.2f} s  "
-                        f"{res[1]:7.1f} steps/s",
-                        flush=True,
-                    )
-                if unit[0] in POOLED:
-                    wait_for_pool()  # its refill imports: not beside the next run
+            try:
+                this_round = run_round(
+                    units[turn:] + units[:turn], i, shell, code, script, flags, args
+                )
+            except (RuntimeError, subprocess.SubprocessError, OSError) as exc:
+                # the round is left out whole (the columns stay paired), never the benchmark
+                skipped += 1
+                print(f"round {i + 1} skipped: {type(exc).__name__}: {exc}"[:400], flush=True)
+                continue
+            for name, res in this_round.items():
+                results[name].append(res)
+        if skipped:
+            print(f"{skipped} of {args.rounds} rounds skipped (a run failed twice)")
         print_pool_memory()
         from jupyter_distrain.pool import client
 
