@@ -290,7 +290,7 @@ def test_a_rank_failing_while_the_others_checkpoint_fails_the_job_instead_of_res
     h.exit(W0, 1)
     status = h.state
     assert status.state == "failed" and status.generation == 0
-    assert status.error.startswith("rank 0 ended with exit code 1 while the job checkpointed")
+    assert status.error.startswith("rank 0 ended (exit code 1) while the job checkpointed")
 
 
 def test_a_rank_that_never_checkpoints_is_stopped_after_the_drain(harness):

@@ -18,7 +18,7 @@ Scaling
   only when all exited with 75 does it write the new worker count into
   spec.json and launch generation N+1 (records of the old processes go to
   events.jsonl, `restart`). A member ending any other way meanwhile fails the
-  job ("rank 0 ended with exit code 1 while the job checkpointed to scale: not
+  job ("rank 0 ended (exit code 1) while the job checkpointed to scale: not
   restarting"): a restart never resumes from a backup nobody finished. Under
   Horovod, rank 0's backup is the truth: other ranks copy it into their own
   directory before `fit`. **A backup belongs to one `fit` call** (the N-th of
