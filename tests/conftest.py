@@ -17,6 +17,8 @@ from jupyter_client.manager import KernelManager
 
 from jupyter_distrain.client import standby
 from jupyter_distrain.client.job import Job
+from jupyter_distrain.contract.process import ProcessId
+from jupyter_distrain.contract.stacks import StacksReport
 from jupyter_distrain.contract.store import JobDir, list_job_dirs
 
 
@@ -210,3 +212,55 @@ def fault_row(fault: str, survived: bool, state: str, left: int, outside: int = 
         row = {"fault": fault, "survived": survived, "state": state, "processes_left": left}
         with open(path, "a") as f:
             f.write(json.dumps({**row, "lines_lost": 0, "files_outside": outside}) + "\n")
+
+
+# a program whose rank 1 stands apart: it waits in load_batch (line 6) while every other
+# rank waits in wait_for_peers; each says "up" first
+STACKS_PROGRAM = (
+    "import os, time\n"
+    "print('up', flush=True)\n"
+    "def wait_for_peers():\n"
+    "    time.sleep(300)\n"
+    "def load_batch():\n"
+    "    time.sleep(300)\n"
+    "if os.environ['JUPYTER_DISTRAIN_RANK'] == '1':\n"
+    "    load_batch()\n"
+    "else:\n"
+    "    wait_for_peers()\n"
+)
+
+
+def wait_until_up(job: Job, ranks: int, timeout: float = 120) -> None:
+    """Until every rank of a job running ``STACKS_PROGRAM`` has said "up"."""
+
+    def up() -> bool:
+        if job.done:
+            raise AssertionError(f"the job ended: {job.status().error}")
+        logs = [job.dir.log_file(ProcessId("worker", r)) for r in range(ranks)]
+        return all(log.exists() and "up" in log.read_text() for log in logs)
+
+    wait_for(up, timeout, interval=0.3, what="every rank up")
+
+
+def check_stacks_of_the_odd_rank(job: Job, ranks: int, lines_before: int = 0) -> StacksReport:
+    """Take the stacks of a job running ``STACKS_PROGRAM`` (after ``lines_before`` lines)
+    on ``ranks`` ranks: rank 1 stands apart, first, at its line; the others together; the
+    job runs on; the report is kept."""
+    wait_until_up(job, ranks)
+    report = job.stacks()
+    others = [f"rank {r}" for r in range(ranks) if r != 1]
+    expected = sorted([["rank 1"], others], key=lambda names: (len(names), names[0]))
+    groups = {tuple(g.names): g for g in report.groups()}
+    assert [g.names for g in report.groups()] == expected, report.text()
+    load, wait = 6 + lines_before, 4 + lines_before
+    odd = groups[("rank 1",)]
+    assert odd.headline() == f"rank 1: train.py:{load} in load_batch  time.sleep(300)"
+    stack = groups[tuple(others)].stack
+    assert stack is not None
+    assert stack.summary() == f"train.py:{wait} in wait_for_peers  time.sleep(300)"
+    assert report.odd_ones_out() == (["rank 1"] if ranks > 2 else [])
+    status = job.status()  # taken without stopping anything
+    assert status.state == "running", status.error
+    assert [p.state for p in status.processes] == ["running"] * ranks
+    assert [r.reason for r in job.kept_stacks()] == ["request"]
+    return report

@@ -1,17 +1,18 @@
 """``jupyter-distrain`` from a terminal, as a script would use it: the installed command
 in a subprocess, against real jobs (plain Python ranks), read by its output and its
-exit status: list, status, logs (and ``--follow`` until the job ends), stop (every
+exit status: list, status, logs (and ``--follow`` until the job ends), stacks, stop (every
 process gone), scale refused, attach's text view, clean, pool; bad input is one line
 and exit status 2."""
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from pathlib import Path
 
 import psutil
-from conftest import wait_for
+from conftest import STACKS_PROGRAM, wait_for, wait_until_up
 
 from jupyter_distrain import JobSpec, submit
 
@@ -84,6 +85,22 @@ def test_attach_follows_a_running_job_in_text_and_stop_leaves_nothing():
     wait_for(lambda: not [pid for pid in pids if psutil.pid_exists(pid)], 10, what="all gone")
 
 
+def test_stacks_of_a_running_job_grouped_as_json_and_of_one_that_ended():
+    job = submit(JobSpec(code=STACKS_PROGRAM, workers=3, backend="plain", grace=1))
+    wait_until_up(job, 3)
+    shown = cli("stacks", job.id)
+    assert shown.returncode == 0, shown.stderr
+    assert shown.stdout.splitlines()[1] == "  rank 1: train.py:6 in load_batch  time.sleep(300)"
+    model = json.loads(cli("stacks", job.id, "--json").stdout)
+    assert [g["names"] for g in model["groups"]] == [["rank 1"], ["rank 0", "rank 2"]]
+    assert model["odd_ones_out"] == ["rank 1"] and model["reason"] == "request"
+    assert job.state == "running"
+    job.stop()
+    ended = cli("stacks", job.id)
+    assert ended.returncode == 0
+    assert ended.stdout.startswith(f"Job {job.id} has ended (stopped); the last stacks taken")
+
+
 def test_bad_input_is_one_line_and_exit_status_2():
     job = submit(JobSpec(code="pass\n", workers=1, backend="plain"))
     job.wait(60)
@@ -91,6 +108,7 @@ def test_bad_input_is_one_line_and_exit_status_2():
         (("status", "job-nosuch"), "job-nosuch"),
         (("logs", job.id, "--rank", "7"), "has no log for worker 7"),
         (("scale", job.id, "2"), f"cannot scale {job.id}"),
+        (("stacks", job.id), f"job {job.id} has ended (succeeded); no stacks were taken"),
         (("clean", "--keep", "-1"), "jupyter-distrain clean: --keep and --older-than"),
     ):
         done = cli(*args)

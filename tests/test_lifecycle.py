@@ -13,8 +13,17 @@ import signal
 import time
 
 import pytest
-from conftest import CellOutput, job_pids, only_job, running, wait_for
+from conftest import (
+    STACKS_PROGRAM,
+    CellOutput,
+    check_stacks_of_the_odd_rank,
+    job_pids,
+    only_job,
+    running,
+    wait_for,
+)
 
+from jupyter_distrain.client.job import Job
 from jupyter_distrain.contract.process import ProcessId
 from jupyter_distrain.contract.store import list_job_dirs
 
@@ -128,6 +137,34 @@ def test_a_rank_that_crashes_in_native_code_shows_where_it_was(kernel, jobs_root
     assert re.search(r'File ".*train\.py", line 3 in read_a_bad_pointer', shown), shown
     job = only_job(jobs_root)
     wait_for(lambda: not any(running(p) for p in job_pids(job)), 5, what="job processes to exit")
+
+
+def test_stacks_show_where_every_rank_stands_grouped_and_the_job_runs_on(kernel, jobs_root):
+    """``%distributed stacks JOB`` on a running local job: rank 1, waiting elsewhere than
+    the others, comes first with its line; the others are one group; nothing stopped;
+    an ended job shows the last stacks taken."""
+    program = STACKS_PROGRAM.replace("'", "\\'").replace("\n", "\\n")
+    out = kernel.execute(
+        f"job = get_ipython().run_cell_magic('distributed', '--workers 3 --background', "
+        f"'{program}')"
+    )
+    assert out.error is None, out.error_text
+    job = Job(only_job(jobs_root))
+    report = check_stacks_of_the_odd_rank(job, 3)
+    pids = [p.pid for p in report.processes]
+    out = kernel.execute(f"%distributed stacks {job.id}")
+    assert out.error is None, out.error_text
+    lines = out.stdout.splitlines()
+    assert re.fullmatch(
+        r"stacks of 3 processes at [\d:]+ \(request\): 2 different stacks", lines[0]
+    )
+    assert lines[1] == "  rank 1: train.py:6 in load_batch  time.sleep(300)"
+    assert "  ranks 0, 2: train.py:4 in wait_for_peers  time.sleep(300)" in lines
+    assert all(running(pid) for pid in pids)
+    assert job.stop() == "stopped"
+    out = kernel.execute(f"%distributed stacks {job.id}")
+    assert out.stdout.startswith(f"Job {job.id} has ended (stopped); the last stacks taken")
+    assert "  rank 1: train.py:6 in load_batch  time.sleep(300)" in out.stdout
 
 
 def test_interrupt_stops_every_process_within_grace(kernel, jobs_root):

@@ -3,16 +3,18 @@ buttons while a cell runs, scaling by checkpoint and restart. Real jobs, real Te
 
 from __future__ import annotations
 
+import html
 import io
 import json
 import re
 import time
 
 import pytest
-from conftest import only_job, wait_for
+from conftest import STACKS_PROGRAM, only_job, wait_for, wait_until_up
 
 from jupyter_distrain import JobSpec, submit
 from jupyter_distrain.client.follow import follow
+from jupyter_distrain.client.job import Job
 from jupyter_distrain.client.widget import JobModel, JobWidget, TextSummary
 from jupyter_distrain.contract.process import ProcessId
 from jupyter_distrain.contract.status import JobStatus
@@ -133,6 +135,66 @@ def _comm_opens(out):
     }
 
 
+class WidgetInBrowser:
+    """The widget's comms, read from the kernel's messages and clicked as a browser would."""
+
+    def __init__(self, kernel):
+        self.kernel = kernel
+        self.messages: list[dict] = []
+        self.ids = wait_for(
+            lambda: self.buttons().get("Stop") and self.buttons(), 30, what="buttons"
+        )
+
+    def read(self) -> None:
+        while True:
+            try:
+                self.messages.append(self.kernel.kc.get_iopub_msg(timeout=0.2))
+            except Exception:
+                return
+
+    def buttons(self) -> dict[str, str]:
+        self.read()
+        return _comm_opens(type("O", (), {"messages": self.messages}))
+
+    def click(self, description: str) -> None:
+        content = {"method": "custom", "content": {"event": "click"}}
+        self.kernel.kc.session.send(
+            self.kernel.kc.shell_channel.socket,
+            self.kernel.kc.session.msg(
+                "comm_msg", {"comm_id": self.ids[description], "data": content}
+            ),
+        )
+
+    def values(self) -> list[str]:
+        """Every ``value`` the widget's parts were updated to so far."""
+        self.read()
+        return [
+            m["content"]["data"]["state"]["value"]
+            for m in self.messages
+            if m["msg_type"] == "comm_msg"
+            and isinstance(m["content"].get("data", {}).get("state", {}).get("value"), str)
+        ]
+
+
+def test_the_stacks_button_shows_where_every_rank_stands_while_the_cell_runs(kernel, jobs_root):
+    running_cell = kernel.submit("%%distributed --workers 3 --grace 1\n" + STACKS_PROGRAM)
+    job = wait_for(
+        lambda: only_job(jobs_root) if list(jobs_root.iterdir()) else None, 30, what="the job"
+    )
+    wait_until_up(Job(job), 3)
+    widget = WidgetInBrowser(kernel)
+    widget.click("Stacks")
+    shown = wait_for(
+        lambda: [v for v in widget.values() if "load_batch" in v], 30, what="the stacks shown"
+    )
+    assert "rank 1: train.py:6 in load_batch  time.sleep(300)" in html.unescape(shown[0])
+    assert "ranks 0, 2: train.py:4 in wait_for_peers" in html.unescape(shown[0])
+    assert job.read_state().state == "running"
+    widget.click("Stop")
+    wait_for(lambda: job.read_state().state == "stopped", 15, what="the click to stop the job")
+    kernel.collect(running_cell, timeout=60)
+
+
 def test_stop_button_works_while_the_cell_runs_and_run_all_waits(kernel, jobs_root):
     cell = (
         "%%distributed --workers 2 --grace 2\n"
@@ -147,29 +209,10 @@ def test_stop_button_works_while_the_cell_runs_and_run_all_waits(kernel, jobs_ro
         lambda: only_job(jobs_root) if list(jobs_root.iterdir()) else None, 30, what="the job"
     )
     wait_for(lambda: job.read_state().state == "running", 30, what="running")
-    # the widget's Stop button: find its comm and click it, as the browser would
-    out_so_far = []
-
-    def buttons():
-        while True:
-            try:
-                msg = kernel.kc.get_iopub_msg(timeout=0.2)
-            except Exception:
-                break
-            out_so_far.append(msg)
-        fake = type("O", (), {"messages": out_so_far})
-        return _comm_opens(fake)
-
-    ids = wait_for(lambda: buttons().get("Stop") and buttons(), 30, what="the Stop button")
+    widget = WidgetInBrowser(kernel)
     time.sleep(1.0)
     assert job.read_state().state == "running"
-    kernel.kc.session.send(
-        kernel.kc.shell_channel.socket,
-        kernel.kc.session.msg(
-            "comm_msg",
-            {"comm_id": ids["Stop"], "data": {"method": "custom", "content": {"event": "click"}}},
-        ),
-    )
+    widget.click("Stop")
     wait_for(lambda: job.read_state().state == "stopped", 15, what="the click to stop the job")
     kernel.collect(running_cell, timeout=60)
     nxt = kernel.collect(queued_cell, timeout=60)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import re
 
 import pytest
+from conftest import STACKS_PROGRAM, check_stacks_of_the_odd_rank
 from jobscan import left_after, processes_of
 
 from jupyter_distrain import JobSpec, SpecError, submit
@@ -71,6 +72,13 @@ def test_a_failing_mpi_rank_fails_the_job_with_its_traceback(jobs_root):
     with pytest.raises(JobFailed, match="rank 1 failed first"):
         job.wait(60)
     assert "ValueError: bad shard on rank one" in job.logs(ProcessId("worker", 1))
+    assert left_after(lambda: processes_of(job.dir.path), 10) == []
+
+
+def test_the_stacks_of_mpirun_s_ranks_show_where_each_stands(jobs_root):
+    job = submit(JobSpec(code=STACKS_PROGRAM, workers=3, backend="mpi", grace=1))
+    check_stacks_of_the_odd_rank(job, 3)
+    assert job.stop() == "stopped"
     assert left_after(lambda: processes_of(job.dir.path), 10) == []
 
 

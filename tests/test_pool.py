@@ -16,7 +16,7 @@ from pathlib import Path
 
 import psutil
 import pytest
-from conftest import fault_row
+from conftest import STACKS_PROGRAM, check_stacks_of_the_odd_rank, fault_row
 
 from jupyter_distrain import JobFailed, JobSpec, processes, submit
 from jupyter_distrain.client import standby
@@ -200,6 +200,16 @@ while not jupyter_distrain.should_checkpoint():
     time.sleep(0.05)
 sys.exit(jupyter_distrain.CHECKPOINT_EXIT)
 """
+
+
+def test_the_stacks_of_pooled_ranks_show_where_each_stands(pool_on):
+    first = submit(JobSpec(code="import torch\n", workers=3, backend=LIGHT))
+    assert first.wait(timeout=180) == "succeeded", first.logs()
+    _ready_pool(3)
+    job = submit(JobSpec(code="import torch\n" + STACKS_PROGRAM, workers=3, backend=LIGHT))
+    check_stacks_of_the_odd_rank(job, 3, lines_before=1)
+    assert [p.pooled for p in job.status().processes] == [True] * 3
+    assert job.stop() == "stopped"
 
 
 def test_a_scale_by_restart_takes_every_new_rank_from_the_pool(pool_on):

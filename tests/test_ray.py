@@ -21,7 +21,7 @@ from pathlib import Path
 
 import psutil
 import pytest
-from conftest import fault_row, wait_for
+from conftest import STACKS_PROGRAM, check_stacks_of_the_odd_rank, fault_row, wait_for
 from jobscan import left_after
 from jobscan import processes_naming as job_processes
 from netprobe import (
@@ -391,6 +391,14 @@ def test_stop_leaves_nothing_on_either_node(cluster, driver, jobs_root):
     assert wait_until_gone(job.id, 15) == []
     assert leftovers(driver, job.id) == []
     assert node_dirs(cluster, job.id) == []
+
+
+def test_the_stacks_of_ranks_on_two_nodes_show_where_each_stands(cluster, driver, jobs_root):
+    job = api.submit(JobSpec(code=STACKS_PROGRAM, workers=2, backend="plain", **cluster.options()))
+    report = check_stacks_of_the_odd_rank(job, 2)
+    assert {p.host for p in report.processes} == {p.host for p in job.status().processes}
+    assert job.stop() == "stopped"
+    assert wait_until_gone(job.id, 15) == []
 
 
 def test_a_running_ray_is_found_without_an_address(cluster, jobs_root, monkeypatch):

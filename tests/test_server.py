@@ -18,6 +18,7 @@ import urllib.parse
 
 import psutil
 import pytest
+from conftest import STACKS_PROGRAM, wait_until_up
 from jupyter_server.auth.authorizer import AllowAllAuthorizer
 from tornado.httpclient import HTTPClientError
 
@@ -177,6 +178,25 @@ async def test_patch_scales_a_running_job_and_delete_stops_it(jp_fetch):
     assert code == 409 and "has ended" in message
 
 
+async def test_stacks_of_a_running_job_grouped_then_the_kept_ones_once_it_ended(jp_fetch):
+    job = api.submit(JobSpec(code=STACKS_PROGRAM, workers=3, backend="plain", grace=1))
+    wait_until_up(job, 3)
+    model = _json(await jp_fetch("distrain", "jobs", job.id, "stacks"))
+    assert model["kept"] is False and model["odd_ones_out"] == ["rank 1"]
+    assert [g["headline"] for g in model["groups"]] == [
+        "rank 1: train.py:6 in load_batch  time.sleep(300)",
+        "ranks 0, 2: train.py:4 in wait_for_peers  time.sleep(300)",
+    ]
+    assert model["text"].splitlines()[1] == "  " + model["groups"][0]["headline"]
+    assert job.state == "running"
+    job.stop()
+    kept = _json(await jp_fetch("distrain", "jobs", job.id, "stacks"))
+    assert kept["kept"] is True and kept["taken"] == model["taken"]
+    done = _finished_job()
+    code, message = await _error(jp_fetch, "distrain", "jobs", done.id, "stacks")
+    assert code == 404 and "no stacks were taken while it ran" in message
+
+
 async def test_bad_requests_get_a_message(jp_fetch):
     job = _finished_job()
     assert await _error(jp_fetch, "distrain", "jobs", "no-such-job") == (
@@ -234,6 +254,7 @@ async def test_every_route_needs_authentication(jp_fetch):
         ("DELETE", ("distrain", "jobs", job.id)),
         ("GET", ("distrain", "jobs", job.id, "logs")),
         ("GET", ("distrain", "jobs", job.id, "metrics")),
+        ("GET", ("distrain", "jobs", job.id, "stacks")),
         ("GET", ("distrain", "flags")),
         ("POST", ("distrain", "flags", "check")),
     ]

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import psutil
 import pytest
-from conftest import fault_row, wait_for
+from conftest import STACKS_PROGRAM, check_stacks_of_the_odd_rank, fault_row, wait_for
 from jobscan import left_after
 from jobscan import processes_naming as job_processes
 from multihost import SSH_PORT, SshCluster, namespace_pids, ssh_cluster
@@ -621,6 +621,16 @@ def test_more_ranks_on_a_host_than_sshd_takes_sessions_on_one_connection_all_run
     assert job.wait(300) == "succeeded", job.status().error
     for rank in range(32):
         assert f"rank {rank} up" in job.logs(ProcessId("worker", rank))
+    assert wait_until_gone(job.id, 30) == []
+
+
+def test_the_stacks_of_ranks_on_two_hosts_show_where_each_stands(cluster, jobs_root):
+    job = api.submit(
+        JobSpec(code=STACKS_PROGRAM, workers=3, backend="plain", **cluster.options(slots=2))
+    )
+    report = check_stacks_of_the_odd_rank(job, 3)
+    assert {p.host for p in report.processes} == {"jdh1", "jdh2"}
+    assert job.stop() == "stopped"
     assert wait_until_gone(job.id, 30) == []
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import itertools
 import signal
 import threading
+from concurrent.futures import Future
 from pathlib import Path
 
 import pytest
@@ -20,11 +21,19 @@ from jupyter_distrain.client.widget import gpu_text
 from jupyter_distrain.contract.launch import GpuUsage, LaunchedProcess, ProcessSpec, Slot
 from jupyter_distrain.contract.process import CHECKPOINT_EXIT, Env, ProcessId, bye, hello
 from jupyter_distrain.contract.spec import JobSpec
+from jupyter_distrain.contract.stacks import (
+    ANSWER_SECONDS,
+    STACKS_SIGNAL,
+    Frame,
+    ProcessStacks,
+    ThreadStack,
+)
 from jupyter_distrain.contract.store import JobDir
 from jupyter_distrain.launchers.base import Launcher
 from jupyter_distrain.plugins import LAUNCHERS, load_plugin
 from jupyter_distrain.supervisor import events as ev
 from jupyter_distrain.supervisor.core import Supervisor
+from jupyter_distrain.timing import Deadline
 
 W0, W1, W2 = (ProcessId("worker", i) for i in range(3))
 _pids = itertools.count(10_000)
@@ -445,16 +454,94 @@ def test_a_shrink_marks_the_removed_rank_stopped_not_failed(harness):
     assert status.state == "running" and status.process(W2).stopped
 
 
-def test_a_stall_is_said_once_naming_the_ranks_and_their_steps(harness):
-    h = harness(stall_timeout=5)
+def test_a_stall_is_said_once_naming_the_ranks_their_steps_and_where_they_stand(harness):
+    h = harness(stall_timeout=5, workers=3)
     h.up()
-    for pid in (W0, W1):
+    for pid in (W0, W1, W2):
         h.send(ev.Metric({"role": "worker", "index": pid.index, "step": 7}, received=0.0))
     h.tick()
+    assert [p.signals for p in h.procs.values()] == [[STACKS_SIGNAL]] * 3  # asked once
+    assert h.state.warnings == []  # said with the stacks, once they are in
+    for pid, line in ((W0, 9), (W1, 4), (W2, 9)):
+        h.send(ev.StacksTaken(stacks_answer(pid, line)))
     h.tick()
-    warnings = h.state.warnings
-    assert len(warnings) == 1 and warnings[0].startswith("training stalled: no step since")
-    assert warnings[0].endswith("rank 0 at step 7, rank 1 at step 7")
+    h.tick()
+    assert [p.signals for p in h.procs.values()] == [[STACKS_SIGNAL]] * 3
+    (warning,) = h.state.warnings
+    head, *stacks = warning.splitlines()
+    assert head.startswith("training stalled: no step since"), head
+    assert head.endswith(
+        "rank 0 at step 7, rank 1 at step 7, rank 2 at step 7; rank 1 stands apart"
+    )
+    assert stacks[1] == "  rank 1: train.py:4 in wait_here  time.sleep(60)"
+    assert stacks[3] == "  ranks 0, 2: train.py:9 in wait_here  time.sleep(60)"
+    assert [e["reason"] for e in h.events("stacks")] == ["stall"]
+    assert "rank 1: train.py:4" in (h.job.stacks_dir / "001-stall.txt").read_text()
+
+
+def stacks_answer(pid: ProcessId, line: int, **extra) -> dict:
+    """What a worker standing at train.py ``line`` answers (``ProcessStacks.to_dict``)."""
+    frame = Frame("train.py", line, "wait_here", "time.sleep(60)", own=True)
+    stacks = ProcessStacks(
+        str(pid), "told by the process", threads=[ThreadStack("MainThread", [frame], main=True)]
+    )
+    return {**pid.fields(), "stacks": {**stacks.to_dict(), **extra}}
+
+
+def test_stacks_on_request_ask_every_running_process_once_and_keep_the_report(harness):
+    h = harness(workers=3)
+    h.up()
+    first, second = Future(), Future()
+    h.send(ev.StacksRequested(first))
+    h.send(ev.StacksRequested(second))  # joins the collection under way
+    assert [p.signals for p in h.procs.values()] == [[STACKS_SIGNAL]] * 3
+    h.send(ev.StacksTaken(stacks_answer(W2, 9)))
+    h.send(ev.StacksTaken(stacks_answer(ProcessId("worker", 7), 9)))  # no such process
+    h.send(ev.StacksTaken({**W0.fields(), "stacks": {"threads": "garbage"}}))  # unreadable
+    h.send(ev.StacksTaken(stacks_answer(W0, 9)))
+    assert not first.done()
+    h.send(ev.StacksTaken(stacks_answer(W1, 4)))
+    assert first.result(0) == second.result(0) == {"file": "001-request.json"}
+    (report,) = h.job.read_stacks()
+    # names and hosts come from the table, not from what a process says of itself
+    assert [(p.process, p.name, p.host) for p in report.processes] == [
+        ("worker-0", "rank 0", "localhost"),
+        ("worker-1", "rank 1", "localhost"),
+        ("worker-2", "rank 2", "localhost"),
+    ]
+    assert [g.names for g in report.groups()] == [["rank 1"], ["rank 0", "rank 2"]]
+    assert h.state.state == "running" and h.state.warnings == []
+    h.send(ev.StacksTaken(stacks_answer(W1, 4)))  # late: nothing waits for it
+    assert len(h.job.read_stacks()) == 1
+
+
+def test_a_process_that_does_not_answer_is_named_when_the_collection_ends(harness):
+    h = harness()
+    h.up()
+    asked = Future()
+    h.send(ev.StacksRequested(asked))
+    h.send(ev.StacksTaken(stacks_answer(W0, 9)))
+    h.sup.stacks.current.deadline = Deadline(0)
+    h.tick()
+    report = h.job.read_stacks()[0]
+    assert asked.result(0) == {"file": "001-request.json"}
+    assert report.processes[1].error.startswith(f"no answer within {ANSWER_SECONDS:g} s: stopped")
+    assert "rank 1: no answer within" in report.text()
+
+
+def test_stacks_asked_before_any_process_runs_or_after_the_end_say_why(harness):
+    h = harness()
+    early = Future()
+    h.send(ev.StacksRequested(early))
+    with pytest.raises(RuntimeError, match="no process of the job is running yet"):
+        early.result(0)
+    h.up()
+    pending = Future()
+    h.send(ev.StacksRequested(pending))
+    h.exit(W0, 0)
+    h.exit(W1, 0)
+    with pytest.raises(RuntimeError, match="the job has ended"):
+        pending.result(0)
 
 
 def test_a_second_scale_request_changes_the_size_without_signalling_again(harness):

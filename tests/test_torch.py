@@ -166,12 +166,20 @@ model(torch.ones(8, 4)).sum().backward()
 """
 
 
-def test_a_rank_hanging_in_a_collective_is_named_by_the_stall_warning(jobs_root):
+def test_a_rank_hanging_in_a_collective_is_named_by_the_stall_warning_with_the_stacks(jobs_root):
+    """The stall's warning says where each rank stands: rank 1 in its sleep, rank 0 in
+    the next step's backward (DDP's allreduce); the stacks are kept with the logs."""
     job = submit(JobSpec(code=HANGING, workers=2, backend="torch", stall_timeout=3, grace=1))
     wait_for(lambda: job.status().warnings or job.done, 120, what="the stall warning")
     (warning,) = job.status().warnings
-    assert warning.startswith("training stalled: no step since"), warning
-    assert "at step 5" in warning and "rank 0" in warning and "rank 1" in warning, warning
+    head, *stacks = warning.splitlines()
+    assert head.startswith("training stalled: no step since"), warning
+    assert "at step 5" in head and "rank 0" in head and "rank 1" in head, warning
+    (rank0,) = [line for line in stacks if line.startswith("  rank 0: ")]
+    assert rank0.endswith("← train.py:12  model(torch.ones(8, 4)).sum().backward()"), warning
+    (rank1,) = [line for line in stacks if line.startswith("  rank 1: ")]
+    assert rank1.startswith("  rank 1: train.py:11 in <module>  time.sleep(600)"), warning
+    assert [r.reason for r in job.kept_stacks()] == ["stall"]
     assert job.stop() == "stopped"  # both, the one in the collective included
     assert left_after(lambda: processes_of(job.dir.path), 10) == []
 

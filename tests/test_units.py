@@ -204,3 +204,55 @@ def test_the_cell_magics_flags_given_to_the_line_magic_say_what_to_type(jobs_roo
     assert "make `%%distributed --workers 2 --backend torch` its first line" in str(said.value)
     assert "invalid choice" not in str(said.value)
     assert list(jobs_root.iterdir()) == []
+
+
+def test_a_dump_of_every_thread_reads_as_named_stacks_without_the_bootstrap(tmp_path):
+    """faulthandler's text (``worker/stacks.py`` reads it): threads named as ``threading``
+    names them, the main one marked, outermost frame first, the program's own files
+    relative to the job and marked, libraries relative to site-packages, the bootstrap's
+    frames (runpy, jupyter_distrain/worker) left out."""
+    import threading
+
+    from jupyter_distrain.worker.stacks import parse_dump
+
+    program = tmp_path / "train.py"
+    program.write_text("import time\n\ndef load_batch():\n    time.sleep(300)\n")
+    main = threading.main_thread().ident
+    dump = (
+        "Thread 0x00000000000000ff (most recent call first):\n"
+        '  File "/usr/lib/python3.11/threading.py", line 320 in wait\n'
+        "\n"
+        f"Current thread 0x{main:016x} (most recent call first):\n"
+        f'  File "{program}", line 4 in load_batch\n'
+        f'  File "/x/lib/python3.11/site-packages/torch/nn/module.py", line 7 in forward\n'
+        f'  File "{program}", line 9 in <module>\n'
+        '  File "/opt/env/jupyter_distrain/worker/__main__.py", line 151 in run_program\n'
+        '  File "<frozen runpy>", line 88 in _run_code\n'
+    )
+    other, mine = parse_dump(dump, [str(tmp_path)])
+    assert (other.name, other.main, [f.where() for f in other.frames]) == (
+        "thread 0x00000000000000ff",
+        False,
+        ["threading.py:320"],
+    )
+    assert mine.name == "MainThread" and mine.main
+    assert [(f.where(), f.function, f.own) for f in mine.frames] == [
+        ("train.py:9", "<module>", True),
+        ("torch/nn/module.py:7", "forward", False),
+        ("train.py:4", "load_batch", True),
+    ]
+    assert mine.frames[-1].code == "time.sleep(300)"
+    assert mine.summary() == "train.py:4 in load_batch  time.sleep(300)"
+
+
+def test_a_process_s_stacks_fit_a_control_request_keeping_its_main_thread():
+    from jupyter_distrain.contract.stacks import Frame, ProcessStacks, ThreadStack
+
+    frames = [Frame(f"lib/module_{i}.py", i, "f" * 100, "x" * 150) for i in range(40)]
+    threads = [ThreadStack(f"t{i}", frames) for i in range(30)]
+    stacks = ProcessStacks("worker-0", threads=[*threads, ThreadStack("MainThread", frames, True)])
+    assert len(json.dumps(stacks.to_dict())) > 60_000
+    fitted = ProcessStacks.from_dict(stacks.fitted(60_000))
+    assert len(json.dumps(fitted.to_dict())) <= 60_000
+    main = fitted.main_thread()
+    assert main is not None and main.frames[-1] == frames[-1]

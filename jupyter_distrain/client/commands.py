@@ -1,6 +1,6 @@
 """The job commands, one engine for the ``%distributed`` line magic and ``jupyter-distrain``:
-``list``, ``status JOB``, ``logs JOB [--rank N] [--follow]``, ``stop JOB``, ``scale JOB
-N``, ``attach JOB``, ``pool [--clear]``, ``clean``.
+``list``, ``status JOB``, ``logs JOB [--rank N] [--follow]``, ``stacks JOB [--json]``,
+``stop JOB``, ``scale JOB N``, ``attach JOB``, ``pool [--clear]``, ``clean``.
 
 :func:`add_commands` defines their arguments on either front end's parser, and
 :func:`run` carries one out and prints what both print. A refusal (no such job, a
@@ -20,11 +20,13 @@ Design decision
 from __future__ import annotations
 
 import argparse
+import json
 import time
 from collections.abc import Callable
 from typing import Any
 
 from ..contract.process import ProcessId
+from ..contract.stacks import StacksReport
 from ..contract.status import JobStatus
 from . import config, retention
 from .follow import follow
@@ -35,7 +37,7 @@ EXIT_FAILED = 1  # the job shown failed
 EXIT_USAGE = 2  # bad arguments, no such job, a refused command
 EXIT_INTERRUPTED = 130  # Ctrl-C, as a shell reports SIGINT
 
-JOB_COMMANDS = ("status", "logs", "stop", "scale", "attach")
+JOB_COMMANDS = ("status", "logs", "stacks", "stop", "scale", "attach")
 NAMES = ("list", *JOB_COMMANDS, "clean", "pool", "config", "bench")
 
 
@@ -93,6 +95,13 @@ def add_commands(sub: Any) -> dict[str, argparse.ArgumentParser]:
     logs.add_argument(
         "--follow", "-f", action="store_true", help="then print new lines until the job ends"
     )
+    parsers["stacks"] = stacks = sub.add_parser(
+        "stacks",
+        help="where every process of a running job is: its Python stacks, grouped "
+        "(an ended job: the last ones taken)",
+    )
+    stacks.add_argument("job")
+    stacks.add_argument("--json", action="store_true", help="the report as JSON, groups included")
     return parsers
 
 
@@ -252,6 +261,10 @@ def run(
         return failed[print_status(job, gpu_text).state == "failed"], None
     if args.command == "logs":
         return _logs(job, args), None
+    if args.command == "stacks":
+        report = _stacks(job)
+        print(json.dumps(report.model(), indent=1) if args.json else report.text())
+        return EXIT_OK, None
     if args.command == "stop":
         state = job.stop()
         print(f"Job {job.id} {state}.")
@@ -270,6 +283,22 @@ def run(
         status = print_status(job, gpu_text)
         return failed[state == "failed" or status.state == "failed"], job
     raise CommandError(f"{prog}: unknown command {args.command}")
+
+
+def _stacks(job: Job) -> StacksReport:
+    """Stacks taken now, or the last ones kept when the job has ended."""
+    if job.done:
+        kept = job.kept_stacks()
+        if not kept:
+            raise CommandError(
+                f"job {job.id} has ended ({job.state}); no stacks were taken while it ran"
+            )
+        print(f"Job {job.id} has ended ({job.state}); the last stacks taken while it ran:")
+        return kept[-1]
+    try:
+        return job.stacks()
+    except RuntimeError as exc:
+        raise CommandError(str(exc)) from None
 
 
 def _logs(job: Job, args: argparse.Namespace) -> int:

@@ -19,6 +19,7 @@ Design decision
 from __future__ import annotations
 
 import dataclasses
+import json
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
@@ -28,10 +29,13 @@ from ..contract.cellcheck import resizes_in_place
 from ..contract.process import (
     ProcessId,
     scale_request,
+    stacks_request,
     stop_processes_request,
     stop_request,
 )
 from ..contract.spec import JobSpec
+from ..contract.stacks import ANSWER_SECONDS as STACKS_ANSWER_SECONDS
+from ..contract.stacks import StacksReport
 from ..contract.status import JobStatus
 from ..contract.store import JobDir, UnreadableSpec, find_job_dir, list_job_dirs
 from ..plugins import LAUNCHERS, load_plugin
@@ -144,11 +148,11 @@ class Job:
         return self.dir.read_state().pids() + [pid for pid in own if pid]
 
     # --- control -----------------------------------------------------------
-    def _request(self, body: dict[str, Any]) -> dict[str, Any]:
+    def _request(self, body: dict[str, Any], timeout: float = 5.0) -> dict[str, Any]:
         ctl = self.dir.read_control()
         if ctl is None:
             raise RuntimeError(f"job {self.id} has no supervisor yet")
-        return control.request(ctl.address, ctl.secret, body)
+        return control.request(ctl.address, ctl.secret, body, timeout)
 
     def _tell(self, body: dict[str, Any]) -> None:
         """Send a request that may find the job ended or not up yet: status() tells. A
@@ -178,6 +182,26 @@ class Job:
         if wait:
             return self._final_status(self.spec.grace + 10).state
         return status.state
+
+    def stacks(self) -> StacksReport:
+        """Every live process's Python stacks, taken now without stopping the job (each
+        thread's, grouped by :meth:`StacksReport.text`); kept in the job's
+        ``logs/stacks/``. Raises ``RuntimeError`` (one line) when the job has no running
+        process to ask."""
+        if self.done:
+            raise RuntimeError(f"job {self.id} has ended ({self.state}): no process to ask")
+        try:
+            reply = self._request(stacks_request(), timeout=STACKS_ANSWER_SECONDS + 5)
+        except OSError as exc:
+            raise RuntimeError(f"cannot reach job {self.id}'s supervisor: {exc}") from None
+        if "file" not in reply:
+            raise RuntimeError(f"no stacks from job {self.id}: {reply.get('error', reply)}")
+        path = self.dir.stacks_dir / Path(str(reply["file"])).name
+        return StacksReport.from_dict(json.loads(path.read_text()))
+
+    def kept_stacks(self) -> list[StacksReport]:
+        """The stacks taken while the job ran (on request or at a stall), oldest first."""
+        return self.dir.read_stacks()
 
     def scale(self, workers: int) -> None:
         """Resize the job to ``workers`` workers: in place for a Horovod elastic program,

@@ -222,6 +222,8 @@ class Op:
     SCALE = "scale"  # resize the job (:func:`scale_request`)
     STOP = "stop"  # stop the job (:func:`stop_request`)
     STOP_PROCESSES = "stop_processes"  # stop some processes (:func:`stop_processes_request`)
+    STACKS = "stacks"  # every live process's stacks, now (:func:`stacks_request`)
+    STACKS_TAKEN = "stacks_taken"  # a worker's answer to a stacks request (:func:`stacks_taken`)
 
 
 def hello(pid_: ProcessId, pid: int, host: str, address: str) -> dict[str, Any]:
@@ -242,6 +244,16 @@ def scale_request(workers: int) -> dict[str, Any]:
 def stop_request(reason: str) -> dict[str, Any]:
     """Ask the supervisor to stop the job, for ``reason`` (recorded in its events)."""
     return {"op": Op.STOP, "reason": reason}
+
+
+def stacks_request() -> dict[str, Any]:
+    """Ask the supervisor for the stacks of every live process (``contract/stacks.py``)."""
+    return {"op": Op.STACKS}
+
+
+def stacks_taken(pid_: ProcessId, stacks: dict[str, Any]) -> dict[str, Any]:
+    """A worker's stacks, taken when the supervisor asked (a ``ProcessStacks`` dict)."""
+    return {"op": Op.STACKS_TAKEN, **pid_.fields(), "stacks": stacks}
 
 
 def stop_processes_request(processes: list[ProcessId]) -> dict[str, Any]:

@@ -37,6 +37,7 @@ from .private import (
 )
 from .process import Env, ProcessId
 from .spec import JobSpec
+from .stacks import StacksReport
 from .status import JobStatus
 
 RESERVE_BYTES = 256 * 1024
@@ -93,6 +94,7 @@ class JobDir:
     checkpoints_dir = property(lambda self: self.path / "checkpoints")
     supervisor_log = property(lambda self: self.path / "logs" / "supervisor.log")
     metrics_file = property(lambda self: self.path / "metrics.jsonl")
+    stacks_dir = property(lambda self: self.path / "logs" / "stacks")
 
     def log_file(self, process: ProcessId) -> Path:
         return self.logs_dir / f"{process}.log"
@@ -198,6 +200,27 @@ class JobDir:
                 return pickle.load(f)
         except FileNotFoundError:
             return {}
+
+    # --- stacks ------------------------------------------------------------
+    def write_stacks(self, report: StacksReport) -> Path:
+        """Keep one collection of stacks (``logs/stacks/NNN-REASON.json`` and its text,
+        ``.txt``); returns the JSON file."""
+        self.stacks_dir.mkdir(mode=0o700, exist_ok=True)
+        number = len(list(self.stacks_dir.glob("*.json"))) + 1
+        path = self.stacks_dir / f"{number:03d}-{report.reason}.json"
+        self._write(lambda: write_atomic(path, json.dumps(report.to_dict())))
+        self._write(lambda: write_atomic(path.with_suffix(".txt"), report.text() + "\n"))
+        return path
+
+    def read_stacks(self) -> list[StacksReport]:
+        """Every collection of stacks kept, oldest first (an unreadable one left out)."""
+        reports = []
+        for path in sorted(self.stacks_dir.glob("*.json")):
+            try:
+                reports.append(StacksReport.from_dict(json.loads(path.read_text())))
+            except (OSError, ValueError, KeyError, TypeError):
+                continue
+        return reports
 
     # --- events ----------------------------------------------------------
     def append_event(self, kind: str, **fields: Any) -> None:

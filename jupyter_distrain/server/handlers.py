@@ -1,4 +1,4 @@
-"""One REST handler per resource: the jobs, one job, its logs, its metrics, and the
+"""One REST handler per resource: the jobs, one job, its logs, its metrics, its stacks, the
 ``%%distributed`` flags (the form's fields, and the magic's check of a line).
 
 Reads are bounded and incremental: a log is read from its end (``tail``) or from a
@@ -248,6 +248,29 @@ class MetricsHandler(DistrainHandler):
         self.finish(json.dumps({"records": records, "since": offset}))
 
 
+class StacksHandler(DistrainHandler):
+    """``GET /distrain/jobs/<id>/stacks``: every live process's stacks, taken now without
+    stopping the job (up to seconds, off the event loop), grouped (``StacksReport.model``);
+    for an ended job the last ones taken while it ran (``"kept": true``). A read: taking
+    them changes nothing of the job."""
+
+    @web.authenticated
+    @authorized
+    async def get(self, job_id: str) -> None:
+        job = _job(job_id)
+        kept = job.kept_stacks() if job.done else []
+        if job.done and not kept:
+            raise web.HTTPError(404, f"job {job_id} has ended; no stacks were taken while it ran")
+        if kept:
+            self.finish(json.dumps({**kept[-1].model(), "kept": True}))
+            return
+        try:
+            report = await IOLoop.current().run_in_executor(None, job.stacks)
+        except RuntimeError as exc:
+            raise web.HTTPError(409, str(exc)) from None
+        self.finish(json.dumps({**report.model(), "kept": False}))
+
+
 class FlagsHandler(DistrainHandler):
     """``GET /distrain/flags``: every ``%%distributed`` flag, in a written line's order,
     with the names ``--backend`` and ``--launcher`` take (the form's fields)."""
@@ -288,6 +311,7 @@ def routes(base_url: str) -> list[tuple[str, type[APIHandler]]]:
             (job + "/?", JobHandler),
             (job + "/logs", LogsHandler),
             (job + "/metrics", MetricsHandler),
+            (job + "/stacks", StacksHandler),
             (r"/distrain/flags/?", FlagsHandler),
             (r"/distrain/flags/check", LineCheckHandler),
         )

@@ -5,14 +5,26 @@ from __future__ import annotations
 
 import os
 import secrets
+from concurrent.futures import Future
 from typing import Any
 
 from ..contract import control, metrics
 from ..contract.control import ControlInfo
 from ..contract.process import Env, Op, ProcessId, WorkerChannels
 from ..contract.spec import JobSpec
+from ..contract.stacks import ANSWER_SECONDS as STACKS_ANSWER_SECONDS
 from ..contract.store import JobDir
-from .events import Bye, Hello, Inbox, Metric, ScaleRequested, StopProcesses, StopRequested
+from .events import (
+    Bye,
+    Hello,
+    Inbox,
+    Metric,
+    ScaleRequested,
+    StacksRequested,
+    StacksTaken,
+    StopProcesses,
+    StopRequested,
+)
 
 ANSWER_SECONDS = 30.0  # how long a client's request waits for the loop
 
@@ -70,6 +82,10 @@ class Channels:
             if not isinstance(workers, int) or isinstance(workers, bool) or workers < 1:
                 raise ValueError(f"scale needs a number of workers >= 1, got {workers!r}")
             return self.inbox.ask(ScaleRequested(workers), ANSWER_SECONDS) or {}
+        if op == Op.STACKS:
+            future: Future[dict[str, Any]] = Future()
+            self.inbox.post(StacksRequested(future))
+            return future.result(timeout=ANSWER_SECONDS + STACKS_ANSWER_SECONDS)
         if op == Op.STOP:
             self.inbox.post(StopRequested(str(body.get("reason", "requested"))))
         elif op == Op.STOP_PROCESSES:
@@ -78,6 +94,8 @@ class Channels:
             self.inbox.post(Hello(body))
         elif op == Op.BYE:
             self.inbox.post(Bye(body))
+        elif op == Op.STACKS_TAKEN:
+            self.inbox.post(StacksTaken(body))
         else:
             raise ValueError(f"unknown op {op!r}")
         return {}

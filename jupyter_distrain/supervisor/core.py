@@ -20,31 +20,19 @@ from ..contract.launch import LaunchedProcess, ProcessSpec
 from ..contract.process import ProcessId
 from ..contract.status import FINAL_STATES, JobStatus
 from ..contract.store import JobDir
-from ..contract.tail import last_lines
 from ..launchers.base import LaunchCancelled
 from ..plugins import load_plugin
 from . import events as ev
 from .generation import Generation
 from .outcomes import ProcessEvents
-from .periodic import (
-    DiskWatch,
-    GpuWatch,
-    HangWatch,
-    LateReports,
-    MemoryWatch,
-    OrphanReaper,
-    Saver,
-    ScaleTimeout,
-    StallWatch,
-    StartupDeadline,
-)
+from .periodic import WATCHES, Saver, StartupDeadline
 from .scaling import Scaling
+from .stacks import Stacks
 from .table import ProcessTable
 
 log = logging.getLogger("jupyter_distrain.supervisor")
 
 TICK_SECONDS = 0.5
-TAIL_LINES = 20
 START_SECONDS = 60.0  # how long an elastic driver's thread waits for a process start
 
 
@@ -89,9 +77,9 @@ class Supervisor:
         self.scaling = Scaling(self)
         self.processes = ProcessEvents(self)
         self.startup = StartupDeadline(self)
-        watches = (MemoryWatch, ScaleTimeout, OrphanReaper, HangWatch, StallWatch, DiskWatch)
-        self.duties = [self.startup, *(w(self) for w in (*watches, GpuWatch, LateReports))]
-        self.duties.append(Saver(self))  # last: saves what the others changed
+        self.stacks = Stacks(self)
+        watches = [watch(self) for watch in WATCHES]
+        self.duties = [self.startup, self.stacks, *watches, Saver(self)]  # Saver saves the rest
         self._loop_thread = threading.get_ident()
 
     @property
@@ -139,6 +127,8 @@ class Supervisor:
             ev.StopProcesses: lambda e: self.stop_processes(e.ids),
             ev.ScaleRequested: lambda e: self.scaling.request(e.workers),
             ev.StartProcess: lambda e: self.start_process(e.proc),
+            ev.StacksRequested: lambda e: self.stacks.request("request", e.future),
+            ev.StacksTaken: lambda e: self.stacks.taken(e.body),
             ev.BackendDone: lambda e: self.on_backend_done(e.error),
         }[type(event)]
         return handler(event)
@@ -178,12 +168,10 @@ class Supervisor:
         self.status.state = state
         if state in FINAL_STATES:
             self.status.ended = time.time()
+            self.stacks.abandon("the job has ended")
         log.info("job %s -> %s %s", self.job.id, state, event or "")
         self.job.append_event("state", state=state, **event)
         self.save()
-
-    def log_tail(self, record: Any) -> str:
-        return last_lines(self.job.log_file(record.id), TAIL_LINES)
 
     # --- generations ------------------------------------------------------------------
     def launch(self) -> None:
@@ -257,7 +245,7 @@ class Supervisor:
     def drain_inbox(self) -> None:
         """After the end: keep the last metrics, refuse what asks for more."""
         for event in self.inbox.drain():
-            if isinstance(event, ev.Request):
+            if isinstance(event, ev.Request | ev.StacksRequested):
                 event.future.set_exception(RuntimeError("the job has ended"))
             elif isinstance(event, ev.Metric):
                 self.processes.on_metric(event.record, event.received)

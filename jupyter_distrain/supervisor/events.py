@@ -62,6 +62,20 @@ class ScaleRequested:
 
 
 @dataclass
+class StacksRequested:
+    """Someone asked for every live process's stacks; ``future`` gets the report."""
+
+    future: Future[dict[str, Any]]
+
+
+@dataclass
+class StacksTaken:
+    """A worker's stacks (control channel)."""
+
+    body: dict[str, Any]
+
+
+@dataclass
 class StartProcess:
     """A backend's own driver (elastic Horovod) wants a process started."""
 

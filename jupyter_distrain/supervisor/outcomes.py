@@ -24,7 +24,10 @@ from typing import TYPE_CHECKING, Any
 from ..contract.launch import LaunchedProcess
 from ..contract.process import CHECKPOINT_EXIT, ProcessId, metric_number
 from ..contract.status import ProcessRecord
+from ..contract.tail import last_lines
 from .table import record_exit
+
+TAIL_LINES = 20  # of the failing process's log, kept with the job's error
 
 if TYPE_CHECKING:
     from .core import Supervisor
@@ -136,7 +139,7 @@ class ProcessEvents:
             culprit = outcome.culprit
             sup.fail(
                 outcome.error or "failed",
-                tail=sup.log_tail(culprit) if culprit else "",
+                tail=last_lines(sup.job.log_file(culprit.id), TAIL_LINES) if culprit else "",
                 process=str(culprit.id) if culprit else None,
             )
             return

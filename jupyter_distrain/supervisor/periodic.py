@@ -14,6 +14,7 @@ from ..timing import Deadline
 from .table import record_exit
 
 if TYPE_CHECKING:
+    from ..contract.stacks import StacksReport
     from .core import Supervisor
 
 
@@ -137,7 +138,8 @@ class DiskWatch(Periodic):
 
 class StallWatch(Periodic):
     """Says (once per stall) when no rank's step has advanced for ``--stall-timeout``
-    seconds while every process is alive: which ranks, at which steps, since when."""
+    seconds while every process is alive: which ranks, at which steps, since when; then
+    takes every rank's stacks, which the cell shows grouped (``supervisor/stacks.py``)."""
 
     interval = 1.0
 
@@ -157,7 +159,18 @@ class StallWatch(Periodic):
         self.warned_at = latest
         since = time.strftime("%H:%M:%S", time.localtime(time.time() - (time.monotonic() - latest)))
         stuck = ", ".join(f"{e.record.id.describe()} at step {e.record.step}" for e in stepping)
-        sup.warn(f"training stalled: no step since {since} (over {limit:g} s): {stuck}")
+        text = f"training stalled: no step since {since} (over {limit:g} s): {stuck}"
+        # said with where each rank stands, once their stacks are in (at most seconds)
+        sup.stacks.request("stall", then=lambda report: sup.warn(stall_text(text, report)))
+
+
+def stall_text(text: str, report: StacksReport | None) -> str:
+    """A stall's warning: ``text``, then the ranks that stand apart and the grouped stacks."""
+    if report is None:
+        return text
+    odd = report.odd_ones_out()
+    apart = f"; {', '.join(odd)} stand{'s' if len(odd) == 1 else ''} apart" if odd else ""
+    return f"{text}{apart}\n{report.text()}"
 
 
 class ScaleTimeout(Periodic):
@@ -192,3 +205,16 @@ class Saver(Periodic):
     def run(self) -> None:
         if self.supervisor.dirty:
             self.supervisor.save()
+
+
+# what the loop ticks besides the startup deadline, the stacks and the saver (last)
+WATCHES = (
+    MemoryWatch,
+    ScaleTimeout,
+    OrphanReaper,
+    HangWatch,
+    StallWatch,
+    DiskWatch,
+    GpuWatch,
+    LateReports,
+)

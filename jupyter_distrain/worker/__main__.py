@@ -42,7 +42,7 @@ from ..contract import control, metrics
 from ..contract import process as contract
 from ..contract.process import Env, Mode, ProcessId, WorkerChannels
 from ..contract.store import JobDir
-from . import horovod_hook, instrument, jax_hook, keras_hook, threads, torch_hook
+from . import horovod_hook, instrument, jax_hook, keras_hook, stacks, threads, torch_hook
 
 
 def _redirect_output(path: Path) -> None:
@@ -215,7 +215,12 @@ def main() -> int:
     # before the hello: once up, the supervisor may ask for a checkpoint at any moment, and
     # SIGUSR1's default action would end the process
     signal.signal(signal.SIGUSR1, instrument.request_checkpoint)
-    faulthandler.register(signal.SIGUSR2, all_threads=True)  # a hung worker shows its stacks
+    stacks.install(
+        str(me),
+        me.describe(),
+        stacks.own_roots(channels.job_dir, path),
+        lambda answer: _tell_supervisor(channels, contract.stacks_taken(me, answer)),
+    )
     # a native crash (segfault, abort, bus error) writes the crashing thread's Python
     # stack to the log before the process dies: the cell shows where it was, not a code
     faulthandler.enable(all_threads=False)

@@ -1,9 +1,10 @@
-/** What the sidebar's buttons do: scale, stop, attach, remove the finished jobs. */
+/** What the sidebar's buttons do: scale, stop, stacks, attach, remove the finished jobs. */
 
 import { Dialog, InputDialog, showDialog, showErrorMessage } from '@jupyterlab/apputils';
 import { INotebookTracker, Notebook, NotebookActions } from '@jupyterlab/notebook';
+import { Widget } from '@lumino/widgets';
 
-import { IJob, removeFinishedJobs, scaleJob, stopJob } from './api';
+import { IJob, getStacks, removeFinishedJobs, scaleJob, stopJob } from './api';
 
 export async function scale(job: IJob): Promise<boolean> {
   const answer = await InputDialog.getNumber({
@@ -39,6 +40,26 @@ export async function stop(job: IJob): Promise<boolean> {
     await showErrorMessage(`Cannot stop ${job.id}`, (err as Error).message);
     return false;
   }
+}
+
+/** Where every process of the job stands: its stacks taken now, grouped, in a dialog. */
+export async function stacks(job: IJob): Promise<void> {
+  let text: string;
+  try {
+    const report = await getStacks(job.id);
+    text = report.kept ? `The job has ended; the last stacks taken:\n${report.text}` : report.text;
+  } catch (err) {
+    await showErrorMessage(`No stacks of ${job.id}`, (err as Error).message);
+    return;
+  }
+  const pre = document.createElement('pre');
+  pre.className = 'jp-distrain-stacks';
+  pre.textContent = text;
+  await showDialog({
+    title: `Stacks of ${job.id}`,
+    body: new Widget({ node: pre }),
+    buttons: [Dialog.okButton({ label: 'Close' })]
+  });
 }
 
 /** Remove every finished job (its record, logs and metrics) after a confirmation. */

@@ -107,6 +107,20 @@ export const getMetrics = (id: string, since: number) =>
   requestAPI<IMetrics>(`jobs/${encodeURIComponent(id)}/metrics`, {}, { since });
 
 /** The `%%distributed` flags, as the magic's flag table has them (the form's fields). */
+/** Every live process's stacks, grouped (an ended job: the last ones taken). */
+export interface IStacks {
+  job: string;
+  reason: string;
+  taken: number;
+  kept: boolean;
+  groups: { names: string[]; headline: string }[];
+  odd_ones_out: string[];
+  text: string;
+}
+
+export const getStacks = (id: string) =>
+  requestAPI<IStacks>(`jobs/${encodeURIComponent(id)}/stacks`);
+
 export const getFlags = () => requestAPI<IFlagTable>('flags');
 
 /** What the magic would refuse these flags (the words after `%%distributed`) with; null

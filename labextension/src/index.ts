@@ -11,7 +11,7 @@ import { ISettingRegistry } from '@jupyterlab/settingregistry';
 import { IStatusBar } from '@jupyterlab/statusbar';
 import { deleteIcon, LabIcon } from '@jupyterlab/ui-components';
 
-import { attach, removeFinished, scale, stop } from './actions';
+import { attach, removeFinished, scale, stacks, stop } from './actions';
 import { distributeCell } from './distribute';
 import { getFlags } from './api';
 import { DefaultValue, emptyLine, IMagicLine, lineFromDefaults, setFlagTable } from './magicline';
@@ -98,6 +98,7 @@ const plugin: JupyterFrontEndPlugin<void> = {
       {
         scale: job => after(scale(job)),
         stop: job => after(stop(job)),
+        stacks: job => void stacks(job),
         attach: job => void attach(job, tracker),
         removeFinished: () => void app.commands.execute(REMOVE_FINISHED_COMMAND),
         logs: job => {

@@ -11,6 +11,7 @@ export interface IJobActions {
   scale(job: IJob): void;
   stop(job: IJob): void;
   logs(job: IJob): void;
+  stacks(job: IJob): void;
   attach(job: IJob): void;
   removeFinished(): void;
 }
@@ -40,6 +41,7 @@ class JobRow {
       ['Scale', () => this._actions.scale(this.job)],
       ['Stop', () => this._actions.stop(this.job)],
       ['Logs', () => this._actions.logs(this.job)],
+      ['Stacks', () => this._actions.stacks(this.job)],
       ['Attach', () => this._actions.attach(this.job)]
     ] as [string, () => void][]) {
       const button = element('button', 'jp-Button jp-mod-styled jp-mod-reject', label);

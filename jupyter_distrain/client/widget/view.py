@@ -54,6 +54,13 @@ class JobWidget(widgets.VBox):
         self.minus_button = widgets.Button(description="-", tooltip="one worker fewer")
         self.plus_button = widgets.Button(description="+", tooltip="one worker more")
         self.logs_button = widgets.ToggleButton(description="Logs", icon="file-text")
+        self.stacks_button = widgets.Button(
+            description="Stacks",
+            icon="list",
+            tooltip="where every process is now: its stacks",
+            layout={"width": "auto"},
+        )
+        self.stacks_view = widgets.HTML()
         self.process_picker = widgets.Dropdown(description="process", options=[])
         self.log_view = widgets.HTML(layout={"display": "none"})
         self.message = widgets.Label()
@@ -61,6 +68,7 @@ class JobWidget(widgets.VBox):
         self.minus_button.on_click(lambda _: self._scale(-1))
         self.plus_button.on_click(lambda _: self._scale(+1))
         self.logs_button.observe(lambda _: self.refresh(force=True), "value")
+        self.stacks_button.on_click(lambda _: self.show_stacks())
         self.process_picker.observe(lambda _: self.refresh(force=True), "value")
         controls = widgets.HBox(
             [
@@ -68,6 +76,7 @@ class JobWidget(widgets.VBox):
                 self.minus_button,
                 self.plus_button,
                 self.logs_button,
+                self.stacks_button,
                 self.process_picker,
             ]
         )
@@ -79,6 +88,7 @@ class JobWidget(widgets.VBox):
                 widgets.HBox([self.bar, self.eta]),
                 controls,
                 self.message,
+                self.stacks_view,
                 self.log_view,
             ],
             **{"_view_count": 0, **kwargs},  # front-ends count their views (frontend.py)
@@ -99,6 +109,17 @@ class JobWidget(widgets.VBox):
             action(**kwargs)
         except Exception as exc:  # shown, never raised into the event loop
             self.message.value = f"{type(exc).__name__}: {exc}"
+
+    def show_stacks(self) -> None:
+        """Take every live process's stacks and show them, grouped, under the controls."""
+        self.message.value = "taking the stacks of every process..."
+        try:
+            report = self.job.stacks()
+        except RuntimeError as exc:
+            self.message.value = str(exc)
+            return
+        self.message.value = ""
+        self.stacks_view.value = render.log_html(report.text())
 
     def _scale(self, delta: int) -> None:
         workers = (self.model.status.workers or 1) + delta
@@ -157,7 +178,7 @@ class JobWidget(widgets.VBox):
         done, eta = self.model.progress()
         self.bar.value = done
         self.eta.value = f"{done:.0%}" + (f", ETA {eta:.0f} s" if eta is not None else "")
-        for button in (self.stop_button, self.minus_button, self.plus_button):
+        for button in (self.stop_button, self.minus_button, self.plus_button, self.stacks_button):
             button.disabled = self.job_state in FINAL_STATES
         labels = [str(process_of(r)) for r in self.rows]
         if list(self.process_picker.options) != labels:

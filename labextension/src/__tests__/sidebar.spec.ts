@@ -45,6 +45,7 @@ describe('JobsSidebar', () => {
       scale: () => undefined,
       stop: () => undefined,
       logs: () => undefined,
+      stacks: () => undefined,
       attach: () => undefined,
       removeFinished: () => void removals++
     };

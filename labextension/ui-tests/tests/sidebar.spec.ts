@@ -1,7 +1,7 @@
 /**
  * The "Distributed jobs" sidebar and status bar item against a real job started from a
  * notebook cell: listed with its workers and images/sec, scaled, its logs followed,
- * attached to, and stopped with no process left; the finished jobs removed from the
+ * its stacks shown, attached to, and stopped with no process left; the finished jobs removed from the
  * header while a running one stays.
  */
 
@@ -109,6 +109,18 @@ test('a running job: listed, scaled, logs, attach, stopped', async ({ page, tmpP
     await page.notebook.selectCells(1);
     await row.locator('button[data-action="attach"]').click();
     expect(await cellSource(page, 2)).toBe(`%distributed attach ${job.id}`);
+  });
+
+  await test.step('Stacks shows where every process is, grouped, and the job runs on', async () => {
+    await row.locator('button[data-action="stacks"]').click();
+    const shown = page.locator('.jp-Dialog pre.jp-distrain-stacks');
+    await expect(shown).toContainText(/^stacks of 3 processes at [\d:]+ \(request\)/, {
+      timeout: 30000
+    });
+    await expect(shown).toContainText('train.py:');
+    await page.screenshot({ path: path.join(SHOTS, 'stacks.png') });
+    await page.locator('.jp-Dialog .jp-mod-accept').click();
+    await expect(row).toHaveAttribute('data-state', 'running');
   });
 
   await test.step('Stop asks, then stops every process', async () => {

@@ -1,0 +1,148 @@
+"""Taking every live process's stacks (``contract/stacks.py`` says how): on request
+(``Op.STACKS``: the magic, the CLI, the REST API, the widget) and once per stall.
+
+One collection runs at a time: a request arriving meanwhile gets the same report. The
+supervisor signals each running member through its launcher handle, takes the answers
+as they come (``Op.STACKS_TAKEN``), and ends the collection when all have answered or
+``ANSWER_SECONDS`` have passed; the report is kept in ``logs/stacks/`` and handed to
+whoever asked (as its file's name). A report taken at a stall goes into the stall's
+warning, so the cell shows it.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from concurrent.futures import Future
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from ..contract.process import ProcessId
+from ..contract.stacks import ANSWER_SECONDS, STACKS_SIGNAL, ProcessStacks, StacksReport
+from ..timing import Deadline
+from .periodic import Periodic
+
+if TYPE_CHECKING:
+    from .core import Supervisor
+    from .table import Entry
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class Collection:
+    report: StacksReport
+    asked: dict[ProcessId, Entry]
+    answers: dict[ProcessId, ProcessStacks] = field(default_factory=dict)
+    deadline: Deadline = field(default_factory=lambda: Deadline(ANSWER_SECONDS))
+    waiting: list[Future[dict[str, Any]]] = field(default_factory=list)
+    then: list[Callable[[StacksReport | None], None]] = field(default_factory=list)
+
+    @property
+    def complete(self) -> bool:
+        return len(self.answers) == len(self.asked) or self.deadline.expired
+
+
+class Stacks(Periodic):
+    """The supervisor's stacks duty: at most one collection at a time."""
+
+    interval = 0.0
+
+    def __init__(self, supervisor: Supervisor):
+        super().__init__(supervisor)
+        self.current: Collection | None = None
+
+    def request(
+        self,
+        reason: str,
+        future: Future[dict[str, Any]] | None = None,
+        then: Callable[[StacksReport | None], None] | None = None,
+    ) -> None:
+        """Start a collection (or join the one under way); ``future`` gets the name of
+        the file keeping its report in ``logs/stacks/`` (``{"file": NAME}``: a report can
+        outgrow a control reply), or the reason there is none; ``then`` is called with the
+        report (None: no process was running to ask)."""
+        if self.current is None:
+            sup = self.supervisor
+            asked = {
+                entry.record.id: entry
+                for entry in sup.table.live_members()
+                if entry.record.state == "running" and entry.handle is not None
+            }
+            if not asked:
+                if future is not None:
+                    future.set_exception(RuntimeError("no process of the job is running yet"))
+                if then is not None:
+                    then(None)
+                return
+            self.current = Collection(StacksReport(sup.job.id, reason), asked)
+            for entry in asked.values():
+                try:
+                    entry.handle.signal(STACKS_SIGNAL)  # type: ignore[union-attr]
+                except (OSError, RuntimeError) as exc:
+                    log.warning("cannot ask %s for its stacks: %s", entry.record.id, exc)
+        if future is not None:
+            self.current.waiting.append(future)
+        if then is not None:
+            self.current.then.append(then)
+
+    def taken(self, body: dict[str, Any]) -> None:
+        """A worker's answer (control channel): kept when its collection is under way."""
+        current = self.current
+        pid = ProcessId.of(body)
+        if current is None or pid is None or pid not in current.asked:
+            return  # late, or from no process asked: nothing waits for it
+        try:
+            stacks = ProcessStacks.from_dict(body["stacks"])
+        except (KeyError, ValueError, TypeError) as exc:
+            log.warning("the stacks %s sent were not readable: %s", pid, exc)
+            return
+        record = current.asked[pid].record
+        # who it is comes from the table, not from what the process says of itself
+        stacks.process, stacks.name, stacks.host = str(pid), record.describe(), record.host
+        stacks.pid = record.pid or stacks.pid
+        current.answers[pid] = stacks
+        if current.complete:
+            self.finish()
+
+    def run(self) -> None:
+        if self.current is not None and self.current.complete:
+            self.finish()
+
+    def finish(self) -> None:
+        current, self.current = self.current, None
+        if current is None:
+            return
+        report = current.report
+        for pid, entry in current.asked.items():
+            answer = current.answers.get(pid)
+            if answer is None:
+                record = entry.record
+                answer = ProcessStacks(
+                    str(pid),
+                    record.describe(),
+                    record.host,
+                    record.pid or 0,
+                    error=f"no answer within {ANSWER_SECONDS:g} s: stopped, or its interpreter "
+                    "is held by native code (py-spy dump --native shows native frames)",
+                )
+            report.processes.append(answer)
+        sup = self.supervisor
+        path = sup.job.write_stacks(report)
+        sup.job.append_event("stacks", reason=report.reason, file=path.name)
+        for then in current.then:
+            then(report)
+        for future in current.waiting:
+            if not future.done():
+                future.set_result({"file": path.name})
+
+    def abandon(self, why: str) -> None:
+        """The job ended: whoever waits is told so (a stall's warning is said alone)."""
+        current, self.current = self.current, None
+        if current is None:
+            return
+        for then in current.then:
+            then(None)
+        for future in current.waiting:
+            if not future.done():
+                future.set_exception(RuntimeError(why))
