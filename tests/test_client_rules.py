@@ -24,6 +24,7 @@ from jupyter_distrain.client.widget import (
     launch_progress,
     progress,
     stragglers,
+    stragglers_text,
     time_to_first_step,
 )
 from jupyter_distrain.client.widget.render import header_html
@@ -40,19 +41,27 @@ def record(index: int, state: str = "running", role: str = "worker", **fields) -
 
 
 # --- the view's arithmetic ------------------------------------------------------------
-def test_stragglers_are_more_than_20_percent_below_the_median_of_medians():
+def test_stragglers_take_1_25x_the_others_median_step_time_or_more_and_say_how_much():
     recent = {
-        "worker-0": [100.0] * 5,
-        "worker-1": [104.0, 96.0, 100.0],  # median 100
-        "worker-2": [100.0] * 3,
-        "worker-3": [79.0, 500.0, 1.0],  # median 79: 21% below
+        "worker-0": [0.10] * 5,
+        "worker-1": [0.104, 0.096, 0.10],  # median 0.1
+        "worker-2": [0.10] * 3,
+        "worker-3": [0.18, 0.01, 5.0],  # median 0.18: 1.8x
+        "worker-4": [0.13] * 3,  # 1.3x
     }
     running = set(recent)
-    assert stragglers(recent, running) == ["worker-3"]
-    assert stragglers({**recent, "worker-3": [80.0]}, running) == []  # 20% is not more than 20%
-    assert stragglers(recent, running - {"worker-3"}) == []  # only running processes count
-    assert stragglers({"worker-0": [1.0], "worker-1": []}, {"worker-0", "worker-1"}) == []
-    assert stragglers({}, set()) == []
+    assert stragglers(recent, running) == pytest.approx({"worker-3": 1.8, "worker-4": 1.3})
+    assert list(stragglers(recent, running)) == ["worker-3", "worker-4"]  # slowest first
+    assert stragglers_text(stragglers(recent, running)) == (
+        "rank 3: 1.8x the others' step time; rank 4: 1.3x the others' step time"
+    )
+    assert stragglers({**recent, "worker-3": [0.12], "worker-4": [0.1]}, running) == {}
+    assert list(stragglers(recent, running - {"worker-3"})) == ["worker-4"]  # running ones only
+    assert stragglers({"worker-0": [1.0], "worker-1": []}, {"worker-0", "worker-1"}) == {}
+    assert stragglers({"worker-0": [0.2], "worker-1": [0.4]}, {"worker-0", "worker-1"}) == {
+        "worker-1": 2.0  # of two ranks, one twice as slow: 2x the other
+    }
+    assert stragglers({}, set()) == {}
 
 
 def test_progress_is_the_furthest_step_over_the_total_with_an_eta():

@@ -16,6 +16,8 @@ from jupyter_distrain import JobSpec, submit
 from jupyter_distrain.client.follow import follow
 from jupyter_distrain.client.job import Job
 from jupyter_distrain.client.widget import JobModel, JobWidget, TextSummary
+from jupyter_distrain.client.widget.render import header_html
+from jupyter_distrain.client.widget.text import summary_line
 from jupyter_distrain.contract.process import ProcessId
 from jupyter_distrain.contract.status import JobStatus
 
@@ -106,6 +108,35 @@ def test_attach_after_the_end_replays_every_stored_step(jobs_root):
     out = io.StringIO()
     TextSummary(type(job).attach(job.id), out=out).refresh(force=True)
     assert f"[{job.id}] succeeded" in out.getvalue() and "step 114/114" in out.getvalue()
+
+
+def test_a_rank_whose_steps_take_longer_is_named_with_how_much_in_the_widget_and_the_line(
+    jobs_root,
+):
+    code = (
+        "import os, time, jupyter_distrain\n"
+        "pause = 0.2 if os.environ['JUPYTER_DISTRAIN_RANK'] == '2' else 0.1\n"
+        "for step in range(1, 61):\n"
+        "    time.sleep(pause)\n"
+        "    jupyter_distrain.report(step=step, images=8)\n"
+    )
+    job = submit(JobSpec(code=code, workers=3, backend="plain", grace=1))
+    model = JobModel(job)
+
+    def named() -> bool:
+        model.update()
+        return bool(model.stragglers()) and all(p.step > 20 for p in model.processes())
+
+    wait_for(named, 60, what="a straggler named")
+    assert list(model.stragglers()) == ["worker-2"]
+    assert 1.6 < model.stragglers()["worker-2"] < 2.4  # 2x, on a busy machine
+    said = re.search(r"straggling: rank 2: (\d\.\d)x the others' step time$", summary_line(model))
+    assert said, summary_line(model)
+    shown = html.unescape(header_html(model))
+    assert (
+        f"straggling: rank 2: {said.group(1)}x the others' step time (Stacks shows where)" in shown
+    )
+    job.stop()
 
 
 def test_custom_loop_reports_through_the_api(jobs_root):

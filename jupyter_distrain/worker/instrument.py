@@ -116,6 +116,8 @@ def record_step(
     if sender is None:
         return
     record: dict[str, Any] = {"step": step, "time": now, **scalars}
+    if seconds:
+        record["step_seconds"] = seconds  # the views name a rank whose steps take longer
     if images is not None:
         record["images"] = images
         if seconds:

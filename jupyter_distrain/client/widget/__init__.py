@@ -91,6 +91,7 @@ from .model import (
     launch_progress,
     progress,
     stragglers,
+    stragglers_text,
     time_to_first_step,
 )
 from .text import TextSummary
@@ -108,5 +109,6 @@ __all__ = [
     "make_view",
     "progress",
     "stragglers",
+    "stragglers_text",
     "time_to_first_step",
 ]

@@ -1,5 +1,6 @@
 """What the views of a job show, computed from the job store alone (state.json and
-metrics.jsonl), independent of any UI: the rows, the job's images/sec, stragglers,
+metrics.jsonl), independent of any UI: the rows, the job's images/sec, stragglers (by
+their step time),
 progress and the per-process images/sec series."""
 
 from __future__ import annotations
@@ -22,18 +23,30 @@ from ...contract.tail import LineReader
 from ..job import Job
 
 STRAGGLER_WINDOW = 20  # steps
-STRAGGLER_GAP = 0.20  # below the median by more than this
+STRAGGLER_RATIO = 1.25  # a median step time this many times the others' median, or more
 CHART_POINTS = 300  # per worker, most recent
 
 
-def stragglers(recent: Mapping[str, Sequence[float]], running: Collection[str]) -> list[str]:
-    """The running processes whose median images/sec over their recent steps is more than
-    ``STRAGGLER_GAP`` below the median of those medians (``recent`` by process label)."""
+def stragglers(recent: Mapping[str, Sequence[float]], running: Collection[str]) -> dict[str, float]:
+    """The running processes whose median step time over their recent steps is at least
+    ``STRAGGLER_RATIO`` times the median of the other processes' medians, with that ratio,
+    slowest first (``recent``: step seconds by process label)."""
     medians = {k: statistics.median(v) for k, v in recent.items() if v and k in running}
-    if len(medians) < 2:
-        return []
-    overall = statistics.median(medians.values())
-    return sorted(k for k, v in medians.items() if v < (1 - STRAGGLER_GAP) * overall)
+    ratios = {}
+    for k, v in medians.items():
+        others = statistics.median([m for o, m in medians.items() if o != k] or [0.0])
+        if others > 0:
+            ratios[k] = v / others
+    slow = sorted((k for k, r in ratios.items() if r >= STRAGGLER_RATIO), key=lambda k: -ratios[k])
+    return {k: ratios[k] for k in slow}
+
+
+def stragglers_text(slow: Mapping[str, float]) -> str:
+    """``rank 3: 1.8x the others' step time`` for each straggler, slowest first."""
+    return "; ".join(
+        f"{ProcessId.parse(k).describe()}: {ratio:.1f}x the others' step time"
+        for k, ratio in slow.items()
+    )
 
 
 def progress(
@@ -130,7 +143,9 @@ class JobModel:
         ips = metric_number(record.get("images_per_sec"))
         if ips is not None:
             self.series[str(process)].append((step, ips))
-            self.recent[str(process)].append(ips)
+        seconds = metric_number(record.get("step_seconds"))
+        if seconds is not None and seconds > 0:
+            self.recent[str(process)].append(seconds)
 
     # --- derived facts -------------------------------------------------------
     def processes(self) -> list[ProcessRecord]:
@@ -157,8 +172,9 @@ class JobModel:
             return last, "images/sec at the end"
         return self.aggregate_images_per_sec(), "images/sec"
 
-    def stragglers(self) -> list[str]:
-        """Workers more than 20% below the median images/sec over the last 20 steps."""
+    def stragglers(self) -> dict[str, float]:
+        """Running processes whose median step time over their last 20 steps is 1.25x the
+        others' median or more, with that ratio, slowest first."""
         running = {str(p.id) for p in self.processes() if p.state == "running"}
         return stragglers(self.recent, running)
 

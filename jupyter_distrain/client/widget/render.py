@@ -9,10 +9,10 @@ here, where it is put into markup, whatever its type.
 from __future__ import annotations
 
 import html
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from typing import Any
 
-from .model import JobModel, process_of
+from .model import JobModel, process_of, stragglers_text
 
 STATE_COLOURS = {
     "pending": "#888",
@@ -63,19 +63,20 @@ def header_html(model: JobModel) -> str:
         parts.append(f"first step after {first_step:.1f} s")
     rate, what = model.rate()
     parts.append(f"<b>{rate:,.0f}</b> {what}")
-    stragglers = model.stragglers()
-    if stragglers:
-        straggling = html.escape(", ".join(stragglers))
-        parts.append(f"<span style='color:#a00'>straggling: {straggling}</span>")
-    if status.warnings:
-        parts.append(f"<span style='color:#b60'>{html.escape(status.warnings[-1])}</span>")
+    slow = model.stragglers()
+    if slow:
+        straggling = html.escape(f"straggling: {stragglers_text(slow)} (Stacks shows where)")
+        parts.append(f"<span style='color:#a00'>{straggling}</span>")
+    if status.warnings:  # its first line: a stall's stacks show below the controls
+        last = status.warnings[-1].splitlines()[0]
+        parts.append(f"<span style='color:#b60'>{html.escape(last)}</span>")
     if status.error:
         parts.append(f"<span style='color:#a00'>{html.escape(status.error)}</span>")
     notes = "".join(f"<br><small>{html.escape(n)}</small>" for n in job.notes)
     return " &middot; ".join(parts) + notes
 
 
-def table_html(rows: Sequence[Mapping[str, Any]], stragglers: Sequence[str]) -> str:
+def table_html(rows: Sequence[Mapping[str, Any]], stragglers: Collection[str]) -> str:
     """One row per process; a gpu column only where some process has GPUs."""
     gpus = any(r.get("gpu") for r in rows)
     head = TABLE_HEAD + (("gpu",) if gpus else ())

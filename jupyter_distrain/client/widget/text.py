@@ -9,21 +9,23 @@ from typing import TextIO
 
 from ...contract.status import FINAL_STATES, JobStatus
 from ..job import Job
-from .model import JobModel
+from .model import JobModel, stragglers_text
 
 
 def summary_line(model: JobModel) -> str:
     """The job in one line, saying what the widget says: state, processes up (or
-    finished), step (of the total: progress), images/sec, ETA."""
+    finished), step (of the total: progress), images/sec, ETA, stragglers."""
     done, eta = model.progress()
     steps = [p.step or 0 for p in model.processes()]
     rate, what = model.rate()
+    slow = model.stragglers()
     return (
         f"[{model.job.id}] {model.status.state}: {model.processes_text()}, "
         f"step {max(steps, default=0)}"
         + (f"/{model.total_steps} ({done:.0%})" if model.total_steps else "")
         + f", {rate:,.0f} {what}"
         + (f", ETA {eta:.0f} s" if eta else "")
+        + (f"; straggling: {stragglers_text(slow)}" if slow else "")
     )
 
 

@@ -45,6 +45,7 @@ class JobWidget(widgets.VBox):
         self.display_handle: Any = None  # set by make_view; the final snapshot goes there
         self.text_fallback: TextFallback | None = None  # set by keep_text_live
         self._snapshot_state = ""
+        self._warning_shown = ""
         self.header = widgets.HTML()
         self.table = widgets.HTML()
         self.chart = widgets.HTML()
@@ -142,7 +143,7 @@ class JobWidget(widgets.VBox):
         self.job_state = m.status.state
         self.rows = [row_of(p) for p in m.processes()]
         self.aggregate_images_per_sec = m.aggregate_images_per_sec()
-        self.stragglers = m.stragglers()
+        self.stragglers = list(m.stragglers())
         self.launch_progress = m.launch_progress()
         self.time_to_first_step = m.time_to_first_step()
         self._draw()
@@ -174,6 +175,10 @@ class JobWidget(widgets.VBox):
     def _draw(self) -> None:
         self.header.value = render.header_html(self.model)
         self.table.value = render.table_html(self.rows, self.stragglers)
+        warnings = self.model.status.warnings
+        if warnings and "\n" in warnings[-1] and warnings[-1] != self._warning_shown:
+            self._warning_shown = warnings[-1]  # a stall's, with every rank's stacks
+            self.stacks_view.value = render.log_html(warnings[-1])
         self.chart.value = render.chart_svg(self.model.series)
         done, eta = self.model.progress()
         self.bar.value = done
