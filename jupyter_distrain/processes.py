@@ -10,7 +10,8 @@
 - the kernel's process bonds, through ``prctl`` (here only): :func:`become_subreaper`
   (orphans below us become our children) and :func:`die_with_parent` /
   :func:`outlive_parent` (the parent-death signal);
-- :func:`raise_open_files_limit`.
+- :func:`raise_open_files_limit`;
+- whether the kernel's OOM killer struck in a process's memory cgroup: :class:`OomCounter`.
 
 Light to import (the host agent imports it on remote hosts): the standard library and
 psutil only.
@@ -144,6 +145,59 @@ def tree_rss(process: psutil.Process | int) -> int:
         with contextlib.suppress(psutil.NoSuchProcess, psutil.AccessDenied):
             total += member.memory_info().rss
     return total
+
+
+class OomCounter:
+    """The kernel's count of processes its OOM killer ended in one process's memory
+    cgroup (cgroup v1 ``memory.oom_control``, v2 ``memory.events``: the killer counts
+    its victim there, whether the limit hit was the cgroup's or the machine's), read when
+    the process started: a later count above it, for a process that died of a SIGKILL
+    nobody of ours sent, says the OOM killer ended it."""
+
+    def __init__(self, path: str, at_start: int):
+        self.path, self.at_start = path, at_start
+
+    @classmethod
+    def of(cls, pid: int) -> OomCounter | None:
+        """The counter of ``pid``'s memory cgroup; None where none can be read."""
+        try:
+            with open(f"/proc/{pid}/cgroup") as f:
+                lines = [line.rstrip("\n").split(":", 2) for line in f]
+        except OSError:
+            return None
+        v1 = [
+            f"/sys/fs/cgroup/memory{p}/memory.oom_control"
+            for _, c, p in lines
+            if "memory" in c.split(",")
+        ]
+        v2 = [
+            f"{root}{p}/memory.events"
+            for h, _, p in lines
+            if h == "0"
+            for root in ("/sys/fs/cgroup", "/sys/fs/cgroup/unified")
+        ]
+        for path in v1 or v2:
+            count = _oom_kills(path)
+            if count is not None:
+                return cls(path, count)
+        return None
+
+    def struck(self) -> bool:
+        """Whether the OOM killer ended a process of that cgroup since."""
+        count = _oom_kills(self.path)
+        return count is not None and count > self.at_start
+
+
+def _oom_kills(path: str) -> int | None:
+    try:
+        with open(path) as f:
+            for line in f:
+                name, _, value = line.partition(" ")
+                if name == "oom_kill":
+                    return int(value)
+    except (OSError, ValueError):
+        pass
+    return None
 
 
 def signal_tree(process: psutil.Process, sig: int) -> None:

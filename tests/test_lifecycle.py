@@ -6,11 +6,15 @@ the processes, signals and supervisor are all real.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
 import signal
+import subprocess
+import sys
 import time
+from pathlib import Path
 
 import pytest
 from conftest import (
@@ -137,6 +141,83 @@ def test_a_rank_that_crashes_in_native_code_shows_where_it_was(kernel, jobs_root
     assert re.search(r'File ".*train\.py", line 3 in read_a_bad_pointer', shown), shown
     job = only_job(jobs_root)
     wait_for(lambda: not any(running(p) for p in job_pids(job)), 5, what="job processes to exit")
+
+
+def memory_cgroup(limit: int) -> Path:
+    """A new memory cgroup under this process's, holding at most ``limit`` bytes (v1 or
+    v2, whichever holds the memory controller here)."""
+    text = Path("/proc/self/cgroup").read_text()
+    lines = [line.split(":", 2) for line in text.splitlines()]
+    v1 = [path for _, controllers, path in lines if "memory" in controllers.split(",")]
+    parent = Path(f"/sys/fs/cgroup/memory{v1[0]}" if v1 else f"/sys/fs/cgroup{lines[0][2]}")
+    group = parent / f"distrain-oom-{os.getpid()}"
+    group.mkdir()
+    limit_file, swap_file = (
+        ("memory.limit_in_bytes", "memory.memsw.limit_in_bytes")
+        if v1
+        else ("memory.max", "memory.swap.max")
+    )
+    (group / limit_file).write_text(str(limit))
+    with contextlib.suppress(OSError):  # no swap accounting: nothing to limit
+        (group / swap_file).write_text(str(limit) if v1 else "0")
+    return group
+
+
+OOM = """\
+import os, time
+if os.environ["JUPYTER_DISTRAIN_RANK"] == "1":
+    held = []
+    while True:  # 40 MiB more every 0.1 s, until the OOM killer ends it
+        block = bytearray(40 * 2**20)
+        block[::4096] = b"x" * len(block[::4096])
+        held.append(block)
+        time.sleep(0.1)
+time.sleep(5)  # plain ranks are independent: the job ends when both have
+"""
+
+
+@pytest.mark.root  # a memory cgroup with a limit
+def test_a_rank_the_oom_killer_ends_is_said_to_be_out_of_memory_with_what_it_held(
+    jobs_root, tmp_path
+):
+    """The job runs in a memory cgroup of 600 MiB (its supervisor started there, as in
+    a container with a memory limit): rank 1 grows until the kernel's OOM killer ends
+    it; the job fails saying so, with the memory rank 1 held, not "killed by SIGKILL"."""
+    group = memory_cgroup(600 * 2**20)
+    submitter = (
+        "import contextlib\n"
+        "from jupyter_distrain import JobFailed, JobSpec, submit\n"
+        f"job = submit(JobSpec(code={OOM!r}, workers=2, backend='plain', grace=1))\n"
+        "print(job.id, flush=True)\n"
+        "with contextlib.suppress(JobFailed):\n"
+        "    job.wait(120)\n"
+    )
+    try:
+        done = subprocess.run(
+            [sys.executable, "-c", submitter],
+            capture_output=True,
+            text=True,
+            timeout=180,
+            preexec_fn=lambda: (group / "cgroup.procs").write_text(str(os.getpid())),
+        )
+        assert done.returncode == 0, done.stderr
+        job = Job.attach(done.stdout.split()[-1])
+        status = job.status()
+        assert status.state == "failed", status
+        assert re.fullmatch(
+            r"rank 1 failed first \(killed by the OOM killer: out of memory, holding "
+            r"0\.\d\d GiB at its last sample\)",
+            status.error,
+        ), status.error
+        assert status.process(ProcessId("worker", 1)).oom_killed
+        assert status.process(ProcessId("worker", 0)).exit_code == 0
+        wait_for(lambda: not any(running(p) for p in job_pids(job.dir)), 10, what="the job gone")
+    finally:
+        for pid in (group / "cgroup.procs").read_text().split():
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(int(pid), signal.SIGKILL)
+        wait_for(lambda: not (group / "cgroup.procs").read_text().split(), 10, what="empty")
+        group.rmdir()
 
 
 def test_stacks_show_where_every_rank_stands_grouped_and_the_job_runs_on(kernel, jobs_root):

@@ -16,7 +16,6 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, ClassVar, Protocol
 
 from ..contract.process import ProcessId
-from ..contract.status import exit_text
 
 if TYPE_CHECKING:
     from ..contract.launch import LaunchedProcess, Network, ProcessSpec, Slot
@@ -97,7 +96,7 @@ def first_failure(records: Sequence[ProcessRecord]) -> ProcessRecord | None:
 
 def failed_first(records: Sequence[ProcessRecord], ended: ProcessRecord) -> Outcome:
     culprit = first_failure(records) or ended
-    what = f"{culprit.describe()}{culprit.where()} failed first ({exit_text(culprit.exit_code)})"
+    what = f"{culprit.describe()}{culprit.where()} failed first ({culprit.ended_text()})"
     return Outcome("failed", what, culprit)
 
 

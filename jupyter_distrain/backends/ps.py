@@ -19,7 +19,7 @@ from typing import Any
 from ..contract.cellcheck import defines_tf1_run
 from ..contract.launch import Network, Slot
 from ..contract.process import Env, Mode, ProcessId
-from ..contract.status import ProcessRecord, exit_text
+from ..contract.status import ProcessRecord
 from .base import Backend, Outcome, Plan, WorkerCommand, failed_first
 from .tf_config import (
     assign_roles,
@@ -71,15 +71,15 @@ class ParameterServerBackend(Backend):
 
     def outcome(self, records: Sequence[ProcessRecord], ended: ProcessRecord) -> Outcome | None:
         if ended.role == "ps":
-            return Outcome("failed", f"ps {ended.index} died ({exit_text(ended.exit_code)})", ended)
+            return Outcome("failed", f"ps {ended.index} died ({ended.ended_text()})", ended)
         if ended.id == self.chief:
             if ended.exit_code == 0:
                 return Outcome("succeeded")
             what = "worker 0 (the chief)" if self.tf1_run else "the chief"
-            return Outcome("failed", f"{what} failed ({exit_text(ended.exit_code)})", ended)
+            return Outcome("failed", f"{what} failed ({ended.ended_text()})", ended)
         if self.tf1_run and ended.exit_code:
             outcome = failed_first(records, ended)
             culprit = outcome.culprit or ended
-            outcome.error = f"worker {culprit.index} failed ({exit_text(culprit.exit_code)})"
+            outcome.error = f"worker {culprit.index} failed ({culprit.ended_text()})"
             return outcome
         return None  # a ParameterServerStrategy worker lost: TensorFlow retries elsewhere

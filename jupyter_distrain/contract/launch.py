@@ -72,6 +72,11 @@ class LaunchedProcess(ABC):
         """Utilisation and memory of the GPUs it was given; None without GPUs or NVML."""
         return None
 
+    def oom_killed(self) -> bool:
+        """Whether the system's OOM killer ended it (asked once it has exited); False
+        where the launcher cannot tell."""
+        return False
+
     @property
     def alive(self) -> bool:
         return self.poll() is None

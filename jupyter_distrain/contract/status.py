@@ -90,6 +90,8 @@ class ProcessRecord:
     loss: float | None = None
     total_steps: int | None = None
     heartbeat: float | None = None  # time of the last record or heartbeat
+    memory: int | None = None  # resident bytes, its children's included, at the last sample
+    oom_killed: bool = False  # ended by the system's OOM killer
 
     @property
     def id(self) -> ProcessId:
@@ -101,6 +103,16 @@ class ProcessRecord:
 
     def describe(self) -> str:
         return self.id.describe()
+
+    def ended_text(self) -> str:
+        """How it ended, in words: :func:`exit_text`, or the OOM killer and the memory the
+        process held at its last sample."""
+        if self.oom_killed:
+            held = (
+                f", holding {self.memory / 2**30:.2f} GiB at its last sample" if self.memory else ""
+            )
+            return f"killed by the OOM killer: out of memory{held}"
+        return exit_text(self.exit_code)
 
     def where(self) -> str:
         """ " on host NAME" for a process on another host (reached on a network address),

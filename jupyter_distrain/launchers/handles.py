@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import select
+import signal
 import socket
 import subprocess
 import threading
@@ -32,8 +33,18 @@ class KnownProcess(LaunchedProcess):
     a pid that another process has reused since."""
 
     process: psutil.Process
+    oom: processes.OomCounter | None = None  # its memory cgroup's OOM kills, from its start
+    sent_kill = False  # a SIGKILL of ours: not the OOM killer's
+
+    def watch_oom(self) -> None:
+        """Read its memory cgroup's OOM kills now (call once it runs)."""
+        self.oom = processes.OomCounter.of(self.pid)
+
+    def oom_killed(self) -> bool:
+        return not self.sent_kill and self.oom is not None and self.oom.struck()
 
     def signal(self, sig: int, tree: bool = False) -> None:
+        self.sent_kill = self.sent_kill or sig == signal.SIGKILL
         if tree:
             processes.signal_tree(self.process, sig)
             return
@@ -55,6 +66,7 @@ class LocalProcess(KnownProcess):
         self.pid = popen.pid
         self.process = psutil.Process(popen.pid)
         self.create_time = self.process.create_time()
+        self.watch_oom()
 
     def wait(self) -> int:
         return self.popen.wait()
@@ -71,6 +83,7 @@ class AdoptedProcess(KnownProcess):
         self.pid = pid
         self.process = psutil.Process(pid)
         self.create_time = self.process.create_time()
+        self.watch_oom()
 
     def poll(self) -> int | None:
         return None if processes.running(self.process) else 0
@@ -90,6 +103,7 @@ class PooledProcess(AdoptedProcess):
     def __init__(self, claimed: Claimed, process: psutil.Process):
         self.pid, self.create_time, self.process = claimed.pid, claimed.create_time, process
         self.pooled = True
+        self.watch_oom()
         self._connection: socket.socket | None = claimed.connection
         self._code: int | None = None
         self._ended_at: float | None = None  # when it was seen gone, its keeper gone first

@@ -18,6 +18,7 @@ Design decision
 from __future__ import annotations
 
 import logging
+import signal
 import time
 from typing import TYPE_CHECKING, Any
 
@@ -92,6 +93,8 @@ class ProcessEvents:
         entry = table.entry(pid)
         if entry is None or entry.handle is not handle:
             return  # a process of an earlier generation, already accounted for
+        if code == -signal.SIGKILL and handle.oom_killed():
+            entry.record.oom_killed = True
         if pid in table.helpers:
             record_exit(entry.record, code)
             hosted = [e.record for e in table.hosted_by(pid) if e.record.live]

@@ -56,17 +56,18 @@ class StartupDeadline(Periodic):
 
 
 class MemoryWatch(Periodic):
-    """Kills a process whose resident set (children included) exceeds ``--memory``, and
+    """Samples each process's resident set (children included) into its row (what an
+    OOM killer's victim held, said when it dies); kills one that exceeds ``--memory`` and
     fails the job naming it."""
 
     def run(self) -> None:
         sup = self.supervisor
-        if sup.spec.memory is None:
-            return
-        limit = sup.spec.memory * 2**30
+        limit = sup.spec.memory * 2**30 if sup.spec.memory is not None else None
         for entry in sup.table.live_members():
             used = entry.handle.memory_bytes() if entry.handle else 0
-            if used <= limit:
+            if used:
+                entry.record.memory = used
+            if limit is None or used <= limit:
                 continue
             entry.handle.signal(signal.SIGKILL, tree=True)
             record_exit(entry.record, -signal.SIGKILL)

@@ -71,7 +71,7 @@ import time
 from typing import TYPE_CHECKING
 
 from ..contract.process import CHECKPOINT_EXIT
-from ..contract.status import ProcessRecord, exit_text
+from ..contract.status import ProcessRecord
 from ..timing import Deadline
 
 if TYPE_CHECKING:
@@ -127,7 +127,7 @@ class Scaling:
         if record.exit_code != CHECKPOINT_EXIT:
             self.done()
             sup.fail(
-                f"{record.describe()} ended ({exit_text(record.exit_code)}) while the job "
+                f"{record.describe()} ended ({record.ended_text()}) while the job "
                 "checkpointed to scale: not restarting",
                 process=str(record.id),
             )

@@ -130,6 +130,7 @@ class AgentClient:
         self.pid = 0
         self.create_time = 0.0
         self.rss = 0
+        self.oom = False  # the process was ended by its host's OOM killer
         self.pooled = False  # the process came from the host's warm pool
         self.exit_code: int | None = None  # as the agent reported it
         self.errors: list[str] = []  # the unmarked lines: what ssh or the agent said
@@ -162,6 +163,7 @@ class AgentClient:
                     log.info("removed what ended jobs left on the host: %s", report["removed"])
                 self.rss = report.get("rss", self.rss)
                 if "exit" in report:
+                    self.oom = report.get("oom") is True
                     self.exit_code = report["exit"]
         finally:
             self._started.set()
@@ -238,3 +240,6 @@ class AgentProcess(LaunchedProcess):
 
     def memory_bytes(self) -> int:
         return self.agent.rss
+
+    def oom_killed(self) -> bool:
+        return self.agent.oom

@@ -514,10 +514,13 @@ def _serve(process: Running, commands: CommandReader) -> int:
     """Relay commands and reports until the process exits; kill it when cut off."""
     heard = reported = time.monotonic()
     code: int | None = None
+    oom = processes.OomCounter.of(process.pid)
+    killed = False  # a SIGKILL came from the launcher: not the OOM killer's
     while code is None:
         for line in commands.lines():
             words = line.split()
             if words[:1] == [SIGNAL.encode()] and len(words) == 3:
+                killed = killed or int(words[1]) == signal.SIGKILL
                 _signal(process, int(words[1]), words[2] == b"1")
         if commands.closed:  # the connection or the launcher is gone
             _kill_all(process)
@@ -536,7 +539,7 @@ def _serve(process: Running, commands: CommandReader) -> int:
             report(rss=processes.tree_rss(process.pid))
         code = process.poll()
     _kill_all(process)  # what it left behind (orphans come to us: subreaper)
-    report(exit=code)
+    report(exit=code, oom=code == -signal.SIGKILL and not killed and bool(oom and oom.struck()))
     return 0
 
 
