@@ -35,6 +35,7 @@ import contextlib
 import ctypes
 import os
 import resource
+import shutil
 import signal
 import subprocess
 import sys
@@ -145,6 +146,30 @@ def tree_rss(process: psutil.Process | int) -> int:
         with contextlib.suppress(psutil.NoSuchProcess, psutil.AccessDenied):
             total += member.memory_info().rss
     return total
+
+
+def native_stack(pid: int, timeout: float) -> str:
+    """``py-spy dump --native --pid PID``: every thread's native and Python frames, read
+    without stopping the process for long; or one line saying why not (not installed,
+    not permitted to read it)."""
+    spy = shutil.which(
+        "py-spy", path=f"{os.path.dirname(sys.executable)}:{os.environ.get('PATH', '')}"
+    )
+    if spy is None:
+        return "native frames: py-spy is not installed (pip install py-spy)"
+    try:
+        done = subprocess.run(
+            [spy, "dump", "--native", "--pid", str(pid)],
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+        )
+    except subprocess.TimeoutExpired:
+        return f"native frames: py-spy took over {timeout:g} s on process {pid}"
+    if done.returncode != 0:
+        said = (done.stderr.strip().splitlines() or ["no message"])[0]
+        return f"native frames: py-spy could not read process {pid}: {said}"
+    return done.stdout
 
 
 class OomCounter:

@@ -7,6 +7,7 @@ and exit status 2."""
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -94,6 +95,11 @@ def test_stacks_of_a_running_job_grouped_as_json_and_of_one_that_ended():
     model = json.loads(cli("stacks", job.id, "--json").stdout)
     assert [g["names"] for g in model["groups"]] == [["rank 1"], ["rank 0", "rank 2"]]
     assert model["odd_ones_out"] == ["rank 1"] and model["reason"] == "request"
+    native = cli("stacks", job.id, "--native", timeout=90)
+    assert native.returncode == 0, native.stderr
+    (rank1,) = re.findall(r"rank 1, native \(py-spy\):\n((?:        .*\n)+)", native.stdout)
+    assert re.search(r"^        Thread \d+ \(idle\): \"MainThread\"$", rank1, re.M), rank1
+    assert re.search(r"^ +load_batch \(.*train\.py:6\)$", rank1, re.M), rank1
     assert job.state == "running"
     job.stop()
     ended = cli("stacks", job.id)

@@ -515,6 +515,24 @@ def test_stacks_on_request_ask_every_running_process_once_and_keep_the_report(ha
     assert len(h.job.read_stacks()) == 1
 
 
+def test_native_frames_are_read_through_each_process_s_handle_when_asked(harness):
+    h = harness()
+    h.up()
+    h.procs[W1].native_stack = lambda: "Thread 7 (idle): MainThread\n    clock_nanosleep (libc)"
+    asked = Future()
+    h.send(ev.StacksRequested(asked, native=True))
+    for pid, line in ((W0, 9), (W1, 4)):
+        h.send(ev.StacksTaken(stacks_answer(pid, line)))
+    h.pump()  # the readings, each from a thread of its own
+    assert asked.result(0) == {"file": "001-request.json"}
+    report = h.job.read_stacks()[0]
+    assert [p.native for p in report.processes] == [
+        "native frames: only for processes on this machine",  # the default handle's word
+        "Thread 7 (idle): MainThread\n    clock_nanosleep (libc)",
+    ]
+    assert "      rank 1, native (py-spy):\n        Thread 7 (idle)" in report.text()
+
+
 def test_a_process_that_does_not_answer_is_named_when_the_collection_ends(harness):
     h = harness()
     h.up()

@@ -1,5 +1,5 @@
 """The job commands, one engine for the ``%distributed`` line magic and ``jupyter-distrain``:
-``list``, ``status JOB``, ``logs JOB [--rank N] [--follow]``, ``stacks JOB [--json]``,
+``list``, ``status JOB``, ``logs JOB [--rank N] [--follow]``, ``stacks JOB [--native]``,
 ``stop JOB``, ``scale JOB N``, ``attach JOB``, ``pool [--clear]``, ``clean``.
 
 :func:`add_commands` defines their arguments on either front end's parser, and
@@ -102,6 +102,11 @@ def add_commands(sub: Any) -> dict[str, argparse.ArgumentParser]:
     )
     stacks.add_argument("job")
     stacks.add_argument("--json", action="store_true", help="the report as JSON, groups included")
+    stacks.add_argument(
+        "--native",
+        action="store_true",
+        help="with each process's native frames (py-spy, where installed; processes here only)",
+    )
     return parsers
 
 
@@ -262,7 +267,7 @@ def run(
     if args.command == "logs":
         return _logs(job, args), None
     if args.command == "stacks":
-        report = _stacks(job)
+        report = _stacks(job, args.native)
         print(json.dumps(report.model(), indent=1) if args.json else report.text())
         return EXIT_OK, None
     if args.command == "stop":
@@ -285,7 +290,7 @@ def run(
     raise CommandError(f"{prog}: unknown command {args.command}")
 
 
-def _stacks(job: Job) -> StacksReport:
+def _stacks(job: Job, native: bool) -> StacksReport:
     """Stacks taken now, or the last ones kept when the job has ended."""
     if job.done:
         kept = job.kept_stacks()
@@ -296,7 +301,7 @@ def _stacks(job: Job) -> StacksReport:
         print(f"Job {job.id} has ended ({job.state}); the last stacks taken while it ran:")
         return kept[-1]
     try:
-        return job.stacks()
+        return job.stacks(native)
     except RuntimeError as exc:
         raise CommandError(str(exc)) from None
 

@@ -35,7 +35,7 @@ from ..contract.process import (
 )
 from ..contract.spec import JobSpec
 from ..contract.stacks import ANSWER_SECONDS as STACKS_ANSWER_SECONDS
-from ..contract.stacks import StacksReport
+from ..contract.stacks import NATIVE_SECONDS, StacksReport
 from ..contract.status import JobStatus
 from ..contract.store import JobDir, UnreadableSpec, find_job_dir, list_job_dirs
 from ..plugins import LAUNCHERS, load_plugin
@@ -183,15 +183,17 @@ class Job:
             return self._final_status(self.spec.grace + 10).state
         return status.state
 
-    def stacks(self) -> StacksReport:
+    def stacks(self, native: bool = False) -> StacksReport:
         """Every live process's Python stacks, taken now without stopping the job (each
         thread's, grouped by :meth:`StacksReport.text`); kept in the job's
-        ``logs/stacks/``. Raises ``RuntimeError`` (one line) when the job has no running
-        process to ask."""
+        ``logs/stacks/``; ``native``: with each process's native frames too (``py-spy
+        dump --native``, where installed: seconds per process). Raises ``RuntimeError``
+        (one line) when the job has no running process to ask."""
         if self.done:
             raise RuntimeError(f"job {self.id} has ended ({self.state}): no process to ask")
         try:
-            reply = self._request(stacks_request(), timeout=STACKS_ANSWER_SECONDS + 5)
+            wait = STACKS_ANSWER_SECONDS + (NATIVE_SECONDS if native else 0) + 5
+            reply = self._request(stacks_request(native), timeout=wait)
         except OSError as exc:
             raise RuntimeError(f"cannot reach job {self.id}'s supervisor: {exc}") from None
         if "file" not in reply:

@@ -72,6 +72,11 @@ class LaunchedProcess(ABC):
         """Utilisation and memory of the GPUs it was given; None without GPUs or NVML."""
         return None
 
+    def native_stack(self) -> str:
+        """Its threads' native and Python frames now (``py-spy dump --native``), or one
+        line saying why they cannot be had (blocks for up to seconds)."""
+        return "native frames: only for processes on this machine"
+
     def oom_killed(self) -> bool:
         """Whether the system's OOM killer ended it (asked once it has exited); False
         where the launcher cannot tell."""

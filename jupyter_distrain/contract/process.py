@@ -246,9 +246,10 @@ def stop_request(reason: str) -> dict[str, Any]:
     return {"op": Op.STOP, "reason": reason}
 
 
-def stacks_request() -> dict[str, Any]:
-    """Ask the supervisor for the stacks of every live process (``contract/stacks.py``)."""
-    return {"op": Op.STACKS}
+def stacks_request(native: bool = False) -> dict[str, Any]:
+    """Ask the supervisor for the stacks of every live process (``contract/stacks.py``);
+    ``native``: with each one's native frames (py-spy)."""
+    return {"op": Op.STACKS, "native": native}
 
 
 def stacks_taken(pid_: ProcessId, stacks: dict[str, Any]) -> dict[str, Any]:

@@ -33,6 +33,7 @@ from typing import Any
 
 STACKS_SIGNAL = signal.SIGUSR2
 ANSWER_SECONDS = 5.0  # how long a collection waits for the processes' answers
+NATIVE_SECONDS = 10.0  # and for py-spy's reading of one process (``--native``), besides
 MAX_FRAMES = 40  # innermost frames kept per thread
 MAX_CODE = 160  # characters of a source line kept
 # the worker's own threads: not the user's program, left out of the grouped view
@@ -103,6 +104,7 @@ class ProcessStacks:
     pid: int = 0
     threads: list[ThreadStack] = field(default_factory=list)
     error: str = ""
+    native: str = ""  # py-spy's dump, native frames included (asked with --native)
 
     def main_thread(self) -> ThreadStack | None:
         return next((t for t in self.threads if t.main), None)
@@ -162,6 +164,7 @@ class ProcessStacks:
                 int(data.get("pid", 0)),
                 threads,
                 str(data.get("error", "")),
+                str(data.get("native", "")),
             )
         except (KeyError, TypeError, AttributeError) as exc:
             raise ValueError(f"not a stacks answer: {exc!r}") from exc
@@ -200,6 +203,13 @@ class StackGroup:
             "headline": self.headline(),
             "frames": [dataclasses.asdict(f) for f in stack.frames] if stack else [],
         }
+
+
+def _native_lines(proc: ProcessStacks) -> list[str]:
+    if not proc.native:
+        return []
+    head = f"      {proc.name or proc.process}, native (py-spy):"
+    return [head, *(f"        {line}" for line in proc.native.splitlines())]
 
 
 @dataclass
@@ -254,9 +264,12 @@ class StacksReport:
             for thread in first.threads:
                 if not thread.main and not thread.ours:
                     lines.append(f"      thread {thread.name}: {thread.summary()}")
+            for proc in group.processes:
+                lines.extend(_native_lines(proc))
         for proc in self.processes:
             if proc.error:
                 lines.append(f"  {proc.name or proc.process}: {proc.error}")
+                lines.extend(_native_lines(proc))
         return "\n".join(lines)
 
     def to_dict(self) -> dict[str, Any]:

@@ -22,6 +22,7 @@ import psutil
 
 from .. import processes
 from ..contract.launch import GpuUsage, LaunchedProcess
+from ..contract.stacks import NATIVE_SECONDS
 from ..pool.client import BYE_GRACE_SECONDS, EXIT_LOST, Claimed, exit_code_sent
 from . import gpus
 
@@ -39,6 +40,9 @@ class KnownProcess(LaunchedProcess):
     def watch_oom(self) -> None:
         """Read its memory cgroup's OOM kills now (call once it runs)."""
         self.oom = processes.OomCounter.of(self.pid)
+
+    def native_stack(self) -> str:
+        return processes.native_stack(self.pid, NATIVE_SECONDS)
 
     def oom_killed(self) -> bool:
         return not self.sent_kill and self.oom is not None and self.oom.struck()

@@ -249,8 +249,9 @@ class MetricsHandler(DistrainHandler):
 
 
 class StacksHandler(DistrainHandler):
-    """``GET /distrain/jobs/<id>/stacks``: every live process's stacks, taken now without
-    stopping the job (up to seconds, off the event loop), grouped (``StacksReport.model``);
+    """``GET /distrain/jobs/<id>/stacks[?native=1]``: every live process's stacks, taken
+    now without stopping the job (up to seconds, off the event loop), grouped
+    (``StacksReport.model``), with native frames where asked (py-spy);
     for an ended job the last ones taken while it ran (``"kept": true``). A read: taking
     them changes nothing of the job."""
 
@@ -265,7 +266,8 @@ class StacksHandler(DistrainHandler):
             self.finish(json.dumps({**kept[-1].model(), "kept": True}))
             return
         try:
-            report = await IOLoop.current().run_in_executor(None, job.stacks)
+            native = self.get_query_argument("native", "") in ("1", "true")
+            report = await IOLoop.current().run_in_executor(None, job.stacks, native)
         except RuntimeError as exc:
             raise web.HTTPError(409, str(exc)) from None
         self.finish(json.dumps({**report.model(), "kept": False}))

@@ -13,6 +13,7 @@ from ..contract.control import ControlInfo
 from ..contract.process import Env, Op, ProcessId, WorkerChannels
 from ..contract.spec import JobSpec
 from ..contract.stacks import ANSWER_SECONDS as STACKS_ANSWER_SECONDS
+from ..contract.stacks import NATIVE_SECONDS
 from ..contract.store import JobDir
 from .events import (
     Bye,
@@ -27,6 +28,7 @@ from .events import (
 )
 
 ANSWER_SECONDS = 30.0  # how long a client's request waits for the loop
+STACKS_SECONDS = STACKS_ANSWER_SECONDS + NATIVE_SECONDS  # the longest a collection takes
 
 
 class Channels:
@@ -84,8 +86,8 @@ class Channels:
             return self.inbox.ask(ScaleRequested(workers), ANSWER_SECONDS) or {}
         if op == Op.STACKS:
             future: Future[dict[str, Any]] = Future()
-            self.inbox.post(StacksRequested(future))
-            return future.result(timeout=ANSWER_SECONDS + STACKS_ANSWER_SECONDS)
+            self.inbox.post(StacksRequested(future, native=body.get("native") is True))
+            return future.result(timeout=ANSWER_SECONDS + STACKS_SECONDS)
         if op == Op.STOP:
             self.inbox.post(StopRequested(str(body.get("reason", "requested"))))
         elif op == Op.STOP_PROCESSES:

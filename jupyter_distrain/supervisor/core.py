@@ -127,8 +127,7 @@ class Supervisor:
             ev.StopProcesses: lambda e: self.stop_processes(e.ids),
             ev.ScaleRequested: lambda e: self.scaling.request(e.workers),
             ev.StartProcess: lambda e: self.start_process(e.proc),
-            ev.StacksRequested: lambda e: self.stacks.request("request", e.future),
-            ev.StacksTaken: lambda e: self.stacks.taken(e.body),
+            **self.stacks.handlers(),
             ev.BackendDone: lambda e: self.on_backend_done(e.error),
         }[type(event)]
         return handler(event)

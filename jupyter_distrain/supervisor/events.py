@@ -63,9 +63,19 @@ class ScaleRequested:
 
 @dataclass
 class StacksRequested:
-    """Someone asked for every live process's stacks; ``future`` gets the report."""
+    """Someone asked for every live process's stacks (``native``: with py-spy's native
+    frames); ``future`` gets the report."""
 
     future: Future[dict[str, Any]]
+    native: bool = False
+
+
+@dataclass
+class NativeStackRead:
+    """py-spy's dump of one process, read for a stacks request (a thread of the loop's)."""
+
+    id: ProcessId
+    text: str
 
 
 @dataclass

@@ -12,17 +12,26 @@ warning, so the cell shows it.
 from __future__ import annotations
 
 import logging
+import threading
 from collections.abc import Callable
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from ..contract.process import ProcessId
-from ..contract.stacks import ANSWER_SECONDS, STACKS_SIGNAL, ProcessStacks, StacksReport
+from ..contract.stacks import (
+    ANSWER_SECONDS,
+    NATIVE_SECONDS,
+    STACKS_SIGNAL,
+    ProcessStacks,
+    StacksReport,
+)
 from ..timing import Deadline
+from . import events as ev
 from .periodic import Periodic
 
 if TYPE_CHECKING:
+    from ..contract.launch import LaunchedProcess
     from .core import Supervisor
     from .table import Entry
 
@@ -34,13 +43,15 @@ class Collection:
     report: StacksReport
     asked: dict[ProcessId, Entry]
     answers: dict[ProcessId, ProcessStacks] = field(default_factory=dict)
+    native: dict[ProcessId, str] | None = None  # py-spy's dumps, when asked for
     deadline: Deadline = field(default_factory=lambda: Deadline(ANSWER_SECONDS))
     waiting: list[Future[dict[str, Any]]] = field(default_factory=list)
     then: list[Callable[[StacksReport | None], None]] = field(default_factory=list)
 
     @property
     def complete(self) -> bool:
-        return len(self.answers) == len(self.asked) or self.deadline.expired
+        native = self.native is None or len(self.native) == len(self.asked)
+        return (len(self.answers) == len(self.asked) and native) or self.deadline.expired
 
 
 class Stacks(Periodic):
@@ -52,16 +63,26 @@ class Stacks(Periodic):
         super().__init__(supervisor)
         self.current: Collection | None = None
 
+    def handlers(self) -> dict[type, Callable[[Any], None]]:
+        """What the loop does with the events of this duty."""
+        return {
+            ev.StacksRequested: lambda e: self.request("request", e.future, native=e.native),
+            ev.StacksTaken: lambda e: self.taken(e.body),
+            ev.NativeStackRead: lambda e: self.native_read(e.id, e.text),
+        }
+
     def request(
         self,
         reason: str,
         future: Future[dict[str, Any]] | None = None,
         then: Callable[[StacksReport | None], None] | None = None,
+        native: bool = False,
     ) -> None:
         """Start a collection (or join the one under way); ``future`` gets the name of
         the file keeping its report in ``logs/stacks/`` (``{"file": NAME}``: a report can
         outgrow a control reply), or the reason there is none; ``then`` is called with the
-        report (None: no process was running to ask)."""
+        report (None: no process was running to ask); ``native``: each process's native
+        frames too, read by py-spy through its launcher (in threads: seconds each)."""
         if self.current is None:
             sup = self.supervisor
             asked = {
@@ -76,6 +97,13 @@ class Stacks(Periodic):
                     then(None)
                 return
             self.current = Collection(StacksReport(sup.job.id, reason), asked)
+            if native:
+                self.current.native = {}
+                self.current.deadline = Deadline(ANSWER_SECONDS + NATIVE_SECONDS)
+                for pid, entry in asked.items():
+                    threading.Thread(
+                        target=self._read_native, args=(pid, entry.handle), daemon=True
+                    ).start()
             for entry in asked.values():
                 try:
                     entry.handle.signal(STACKS_SIGNAL)  # type: ignore[union-attr]
@@ -105,6 +133,19 @@ class Stacks(Periodic):
         if current.complete:
             self.finish()
 
+    def _read_native(self, pid: ProcessId, handle: LaunchedProcess) -> None:
+        """py-spy's dump of one process (a thread of its own), posted to the loop."""
+        self.supervisor.inbox.post(ev.NativeStackRead(pid, handle.native_stack()))
+
+    def native_read(self, pid: ProcessId, text: str) -> None:
+        """A process's native frames (:meth:`_read_native`), kept when still wanted."""
+        current = self.current
+        if current is None or current.native is None or pid not in current.asked:
+            return
+        current.native[pid] = text
+        if current.complete:
+            self.finish()
+
     def run(self) -> None:
         if self.current is not None and self.current.complete:
             self.finish()
@@ -126,6 +167,8 @@ class Stacks(Periodic):
                     error=f"no answer within {ANSWER_SECONDS:g} s: stopped, or its interpreter "
                     "is held by native code (py-spy dump --native shows native frames)",
                 )
+            if current.native is not None:
+                answer.native = current.native.get(pid, "native frames: py-spy did not answer")
             report.processes.append(answer)
         sup = self.supervisor
         path = sup.job.write_stacks(report)
