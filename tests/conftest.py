@@ -242,22 +242,55 @@ def wait_until_up(job: Job, ranks: int, timeout: float = 120) -> None:
     wait_for(up, timeout, interval=0.3, what="every rank up")
 
 
+# the same in a torch DDP program: rank 1 loads a batch (line 5), the others wait for it
+# in all_reduce (line 8)
+TORCH_STACKS_PROGRAM = (
+    "import time, torch, torch.distributed as dist\n"
+    "dist.init_process_group('gloo')\n"
+    "print('up', flush=True)\n"
+    "def load_batch():\n"
+    "    time.sleep(300)\n"
+    "if dist.get_rank() == 1:\n"
+    "    load_batch()\n"
+    "dist.all_reduce(torch.ones(1))\n"
+)
+
+
 def check_stacks_of_the_odd_rank(job: Job, ranks: int, lines_before: int = 0) -> StacksReport:
     """Take the stacks of a job running ``STACKS_PROGRAM`` (after ``lines_before`` lines)
     on ``ranks`` ranks: rank 1 stands apart, first, at its line; the others together; the
     job runs on; the report is kept."""
+    load, wait = 6 + lines_before, 4 + lines_before
+    return check_stacks(
+        job,
+        ranks,
+        f"train.py:{load} in load_batch  time.sleep(300)",
+        f"train.py:{wait} in wait_for_peers  time.sleep(300)",
+    )
+
+
+def check_torch_stacks(job: Job, ranks: int) -> StacksReport:
+    """:func:`check_stacks_of_the_odd_rank` for ``TORCH_STACKS_PROGRAM``: the others in
+    all_reduce."""
+    return check_stacks(
+        job,
+        ranks,
+        "train.py:5 in load_batch  time.sleep(300)",
+        "all_reduce ← train.py:8  dist.all_reduce(torch.ones(1))",
+    )
+
+
+def check_stacks(job: Job, ranks: int, odd: str, others_at: str) -> StacksReport:
+    """Rank 1's stack stands apart at ``odd``, the others' together at ``others_at``."""
     wait_until_up(job, ranks)
     report = job.stacks()
     others = [f"rank {r}" for r in range(ranks) if r != 1]
     expected = sorted([["rank 1"], others], key=lambda names: (len(names), names[0]))
     groups = {tuple(g.names): g for g in report.groups()}
     assert [g.names for g in report.groups()] == expected, report.text()
-    load, wait = 6 + lines_before, 4 + lines_before
-    odd = groups[("rank 1",)]
-    assert odd.headline() == f"rank 1: train.py:{load} in load_batch  time.sleep(300)"
+    assert groups[("rank 1",)].headline() == f"rank 1: {odd}", report.text()
     stack = groups[tuple(others)].stack
-    assert stack is not None
-    assert stack.summary() == f"train.py:{wait} in wait_for_peers  time.sleep(300)"
+    assert stack is not None and stack.summary() == others_at, report.text()
     assert report.odd_ones_out() == (["rank 1"] if ranks > 2 else [])
     status = job.status()  # taken without stopping anything
     assert status.state == "running", status.error

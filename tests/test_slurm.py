@@ -19,7 +19,7 @@ from pathlib import Path
 
 import psutil
 import pytest
-from conftest import STACKS_PROGRAM, check_stacks_of_the_odd_rank, wait_for
+from conftest import TORCH_STACKS_PROGRAM, check_torch_stacks, wait_for
 from netprobe import flooding
 from slurmcluster import CONTROLLER_ADDRESS, SlurmCluster, slurm_cluster
 from test_ray import (
@@ -376,12 +376,12 @@ def test_stop_ends_the_slurm_job_and_leaves_nothing_on_either_node(cluster, jobs
     assert node_dirs(job.id) == []
 
 
-def test_the_stacks_of_ranks_on_two_nodes_show_where_each_stands(cluster, jobs_root):
+def test_the_stacks_of_ddp_ranks_on_two_nodes_show_where_each_stands(cluster, jobs_root):
     spec = JobSpec(
-        code=STACKS_PROGRAM, workers=2, backend="plain", **cluster.options(slurm_nodes=2)
+        code=TORCH_STACKS_PROGRAM, workers=2, backend="torch", **cluster.options(slurm_nodes=2)
     )
     job = api.submit(spec)
-    report = check_stacks_of_the_odd_rank(job, 2)
+    report = check_torch_stacks(job, 2)
     assert {p.host for p in report.processes} == set(NODES)
     assert job.stop() == "stopped"
     nothing_left(cluster)

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import psutil
 import pytest
-from conftest import STACKS_PROGRAM, check_stacks_of_the_odd_rank, fault_row, wait_for
+from conftest import TORCH_STACKS_PROGRAM, check_torch_stacks, fault_row, wait_for
 from jobscan import left_after
 from jobscan import processes_naming as job_processes
 from multihost import SSH_PORT, SshCluster, namespace_pids, ssh_cluster
@@ -624,11 +624,12 @@ def test_more_ranks_on_a_host_than_sshd_takes_sessions_on_one_connection_all_run
     assert wait_until_gone(job.id, 30) == []
 
 
-def test_the_stacks_of_ranks_on_two_hosts_show_where_each_stands(cluster, jobs_root):
-    job = api.submit(
-        JobSpec(code=STACKS_PROGRAM, workers=3, backend="plain", **cluster.options(slots=2))
+def test_the_stacks_of_ddp_ranks_on_two_hosts_show_where_each_stands(cluster, jobs_root):
+    spec = JobSpec(
+        code=TORCH_STACKS_PROGRAM, workers=3, backend="torch", **cluster.options(slots=2)
     )
-    report = check_stacks_of_the_odd_rank(job, 3)
+    job = api.submit(spec)
+    report = check_torch_stacks(job, 3)
     assert {p.host for p in report.processes} == {"jdh1", "jdh2"}
     assert job.stop() == "stopped"
     assert wait_until_gone(job.id, 30) == []
