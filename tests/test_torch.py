@@ -14,7 +14,14 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import failed_seconds_after_exit, fault_row, refusals_without, wait_for
+from conftest import (
+    TORCH_STACKS_PROGRAM,
+    check_torch_stacks,
+    failed_seconds_after_exit,
+    fault_row,
+    refusals_without,
+    wait_for,
+)
 from jobscan import left_after, processes_of
 from netprobe import listening_sockets, other_host_namespace, port_open
 from test_pool import _ready_pool, pool_on  # noqa: F401  (pool_on: a fixture)
@@ -75,6 +82,8 @@ def test_two_ranks_on_different_data_end_with_the_weights_torchrun_gives(jobs_ro
         "LOCAL_RANK=1 LOCAL_WORLD_SIZE=2 GROUP_RANK=0",
     ]
     assert {m.group(4) for m in ranks} == {"127.0.0.1"}  # inside the job's namespace
+    # no word from our own sandbox: c10d's reverse lookup of its peer gets an answer there
+    assert "[c10d]" not in job.logs(), job.logs()
     assert ranks[0].group(5) == ranks[1].group(5)  # identical weights
     assert float(ranks[0].group(6)) > 0.8
     # the widget's steps: one per optimizer.step(), 32 images each, per rank, no code change
@@ -181,6 +190,13 @@ def test_a_rank_hanging_in_a_collective_is_named_by_the_stall_warning_with_the_s
     assert rank1.startswith("  rank 1: train.py:11 in <module>  time.sleep(600)"), warning
     assert [r.reason for r in job.kept_stacks()] == ["stall"]
     assert job.stop() == "stopped"  # both, the one in the collective included
+    assert left_after(lambda: processes_of(job.dir.path), 10) == []
+
+
+def test_the_stacks_of_a_ddp_job_show_rank_1_loading_and_the_others_in_all_reduce(jobs_root):
+    job = submit(JobSpec(code=TORCH_STACKS_PROGRAM, workers=3, backend="torch", grace=1))
+    check_torch_stacks(job, 3)
+    assert job.stop() == "stopped"
     assert left_after(lambda: processes_of(job.dir.path), 10) == []
 
 

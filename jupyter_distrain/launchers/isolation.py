@@ -1,7 +1,8 @@
 """A private network namespace for a local job: loopback only, so the servers its
 processes start (TensorFlow's gRPC servers bind every interface, Horovod's rendezvous
 too) cannot be reached from another host or by another user of this machine, whatever
-address they bind.
+address they bind. Reverse name lookups there get "no such name" at once
+(:mod:`.lookups`), as outside.
 
 The supervisor calls :func:`private_network` first thing, before any process of the job
 starts; every process it starts then shares the namespace. As root it is
@@ -50,6 +51,8 @@ import fcntl
 import os
 import socket
 import struct
+
+from .lookups import answer_reverse_lookups
 
 CLONE_NEWNET = 0x40000000
 CLONE_NEWUSER = 0x10000000
@@ -159,6 +162,7 @@ def private_network() -> str | None:
         raise IsolationFailed(
             f"the job's private network namespace could not be finished ({_reason(exc)})"
         ) from exc
+    answer_reverse_lookups()  # "no such name" at once, not "try again" (lookups.py)
     return None
 
 
