@@ -163,12 +163,6 @@ LABEXT_SRC := $(LABEXT)/package.json $(LABEXT)/yarn.lock \
               $(wildcard $(LABEXT)/src/*.ts $(LABEXT)/style/* $(LABEXT)/schema/*)
 # jlpm: JupyterLab's own yarn (no npm needed); the venv first on PATH for `jupyter labextension`
 JLPM        = PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(CURDIR)/$(VENV)/bin/jlpm
-# The extension is built with JupyterLab 4.5's tooling (@jupyterlab/builder 4.6 is not
-# released), as pip's isolated build of this package is (pyproject's build-system), in a
-# small venv of its own: `jupyter labextension build` refuses a builder older than the
-# JupyterLab it runs in, and the tests run the built extension in JupyterLab 4.6
-BUILD_VENV ?= .venv-build
-BUILD_JLPM  = PATH="$(CURDIR)/$(BUILD_VENV)/bin:$$PATH" $(CURDIR)/$(BUILD_VENV)/bin/jlpm
 NODE_OK    := node -e 'process.exit(parseInt(process.versions.node) < 20 ? 1 : 0)'
 
 # Node >= 20: Playwright 1.64 (the UI tests) needs it; the apt source that gives
@@ -185,15 +179,12 @@ $(STAMPS)/chromium: $(STAMPS)/system
 	  $(SUDO) apt-get install -y -q --no-install-recommends chromium fonts-dejavu-core; }
 	@touch $@
 
-$(STAMPS)/build-venv: $(STAMPS)/system
-	$(PYTHON) -m venv $(BUILD_VENV)
-	$(BUILD_VENV)/bin/pip install -q "jupyterlab>=4.5.11,<4.6"
-	@touch $@
-
 # `pip install -e .` builds the extension when there is no build (hatch-jupyter-builder);
 # here it is rebuilt when a source changed, and the venv's copy linked to this build
-$(STAMPS)/labextension: $(STAMPS)/package $(STAMPS)/node $(STAMPS)/build-venv $(LABEXT_SRC)
-	cd $(LABEXT) && $(BUILD_JLPM) install && $(BUILD_JLPM) build:prod
+# built with JupyterLab 4.6's toolchain: jupyter-builder (PyPI; its jlpm) and npm's
+# @jupyter/builder (rspack), as pip's isolated build of this package is
+$(STAMPS)/labextension: $(STAMPS)/package $(STAMPS)/node $(LABEXT_SRC)
+	cd $(LABEXT) && $(JLPM) install && $(JLPM) build:prod
 	$(VENV)/bin/jupyter-builder develop --overwrite .
 	@touch $@
 
@@ -216,5 +207,5 @@ lint: setup
 	$(VENV)/bin/ruff check jupyter_distrain tests benchmarks notebooks
 
 clean:
-	rm -rf $(VENV) $(CURRENT_VENV) $(BUILD_VENV)
+	rm -rf $(VENV) $(CURRENT_VENV)
 	rm -rf $(LABEXT)/node_modules $(LABEXT)/lib $(UI_TESTS)/node_modules jupyter_distrain/labextension
