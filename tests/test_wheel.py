@@ -1,12 +1,17 @@
-"""The package as users install it: a wheel built from this repository, installed with
-pip into a new virtualenv where no Node.js can be found, has the JupyterLab extension
-prebuilt and enabled, the server extension enabled and validated, and the magic."""
+"""The package as users install it: ``python -m build`` makes an sdist and a wheel from
+it; the wheel, installed with pip into a new virtualenv where no Node.js can be found,
+has the JupyterLab extension prebuilt and enabled (JupyterLab serves its JavaScript),
+the server extension enabled and validated, and a cell runs a job."""
 
 from __future__ import annotations
 
 import re
+import socket
 import subprocess
 import sys
+import time
+import urllib.error
+import urllib.request
 from pathlib import Path
 
 ROOT = Path(__file__).parent.parent
@@ -20,12 +25,13 @@ def run(argv: list[str], env: dict[str, str], timeout: float = 600) -> str:
 
 
 def test_a_wheel_installs_and_works_where_no_node_exists(tmp_path):
-    wheels = tmp_path / "wheels"
+    dist = tmp_path / "dist"
     run(
-        [sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(wheels), str(ROOT)],
+        [sys.executable, "-m", "build", "--outdir", str(dist), str(ROOT)],
         env={"PATH": str(Path(sys.executable).parent) + ":/usr/bin:/bin", "HOME": str(Path.home())},
     )
-    (wheel,) = wheels.glob("jupyter_distrain-*.whl")
+    assert len(list(dist.glob("jupyter_distrain-*.tar.gz"))) == 1  # the wheel is built from it
+    (wheel,) = dist.glob("jupyter_distrain-*.whl")
     venv = tmp_path / "venv"
     run(["/usr/bin/python3", "-m", "venv", str(venv)], env={})
     bin_dir = venv / "bin"
@@ -49,15 +55,56 @@ def test_a_wheel_installs_and_works_where_no_node_exists(tmp_path):
         r"jupyter_distrain enabled\s+- Validating jupyter_distrain\.\.\.\s+jupyter_distrain \S+ OK",
         servers,
     ), servers
-    magic = run(
+    assert serves(bin_dir, share, env, tmp_path)
+    cell = "import os\nprint('rank', os.environ['JUPYTER_DISTRAIN_RANK'], 'ran')\n"
+    ran = run(
         [
             str(bin_dir / "python"),
             "-c",
             "from IPython.core.interactiveshell import InteractiveShell\n"
             "ip = InteractiveShell.instance()\n"
             "ip.run_line_magic('load_ext', 'jupyter_distrain')\n"
-            "print(sorted(ip.magics_manager.magics['cell']))\n",
+            f"ip.run_cell_magic('distributed', '--workers 2 --backend plain', {cell!r})\n",
         ],
         env=env,
+        timeout=120,
     )
-    assert "'distributed'" in magic, magic
+    assert "[1] rank 1 ran" in ran and "succeeded" in ran, ran
+
+
+def serves(bin_dir: Path, share: Path, env: dict[str, str], root: Path) -> bool:
+    """JupyterLab, started from that environment, serves the extension's entry point."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    (entry,) = (share / "static").glob("remoteEntry.*.js")
+    server = subprocess.Popen(
+        [
+            str(bin_dir / "jupyter"),
+            "lab",
+            "--no-browser",
+            "--allow-root",  # the test may run as root; it serves no one but itself
+            "--ServerApp.ip=127.0.0.1",
+            f"--ServerApp.port={port}",
+            "--ServerApp.token=wheel-test",
+            f"--ServerApp.root_dir={root}",
+        ],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    url = (
+        f"http://127.0.0.1:{port}/lab/extensions/jupyter-distrain-labextension/static/{entry.name}"
+    )
+    try:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            try:
+                with urllib.request.urlopen(url + "?token=wheel-test", timeout=5) as response:
+                    return response.read() == entry.read_bytes()
+            except (urllib.error.URLError, ConnectionError):
+                time.sleep(0.5)
+        return False
+    finally:
+        server.terminate()
+        server.wait(30)
