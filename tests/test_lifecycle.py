@@ -248,6 +248,44 @@ def test_stacks_show_where_every_rank_stands_grouped_and_the_job_runs_on(kernel,
     assert "  rank 1: train.py:6 in load_batch  time.sleep(300)" in out.stdout
 
 
+def test_a_failed_rank_restarts_the_job_which_resumes_from_its_checkpoint(kernel, jobs_root):
+    """``--max-restarts 2``: rank 1 fails on the first try, after rank 0 saved a
+    checkpoint; the job restarts once, both ranks resume from that checkpoint and it
+    succeeds; the cell says so, and rank 1's log keeps the first try's traceback."""
+    cell = (
+        "%%distributed --workers 2 --backend plain --max-restarts 2 --grace 1\n"
+        "import os, pathlib\n"
+        "checkpoints = pathlib.Path(os.environ['JUPYTER_DISTRAIN_JOB_DIR'], 'checkpoints')\n"
+        "saved, rank = checkpoints / 'step', os.environ['JUPYTER_DISTRAIN_RANK']\n"
+        "start = int(saved.read_text()) if saved.exists() else 0\n"
+        "print('rank', rank, 'resumes at step', start, flush=True)\n"
+        "if rank == '0' and start == 0:\n"
+        "    saved.write_text('40')\n"
+        "tried = checkpoints / f'tried-{rank}'\n"
+        "if rank == '1' and not tried.exists():\n"
+        "    tried.write_text('once')\n"
+        "    raise ValueError('a bad batch on the first try')\n"
+    )
+    out = kernel.execute(cell, timeout=120)
+    assert out.error is None, out.error_text
+    assert (
+        "Warning: restart 1 of 2 after rank 1 failed first (exit code 1); "
+        "its log keeps the traceback"
+    ) in out.stderr
+    assert "[0] rank 0 resumes at step 40" in out.stdout
+    assert "[1] rank 1 resumes at step 40" in out.stdout
+    job = only_job(jobs_root)
+    status = job.read_state()
+    assert (status.state, status.restarts, status.generation) == ("succeeded", 1, 1)
+    shown = kernel.execute(f"%distributed status {job.id}").stdout
+    assert "restarts: 1 (restart 1 of 2 after rank 1 failed first (exit code 1);" in shown, shown
+    log = job.log_file(ProcessId("worker", 1)).read_text()
+    assert log.index("ValueError: a bad batch on the first try") < log.rindex(
+        "rank 1 resumes at step 40"
+    )
+    wait_for(lambda: not any(running(p) for p in job_pids(job)), 5, what="job processes to exit")
+
+
 def test_interrupt_stops_every_process_within_grace(kernel, jobs_root):
     grace = 3
     cell = (

@@ -454,6 +454,41 @@ def test_a_shrink_marks_the_removed_rank_stopped_not_failed(harness):
     assert status.state == "running" and status.process(W2).stopped
 
 
+def test_a_failure_restarts_the_job_at_the_same_size_until_the_restarts_run_out(harness):
+    h = harness(max_restarts=2)
+    for restart in (1, 2):
+        h.up()
+        h.exit(W1, 3)
+        status = h.state
+        assert (status.state, status.generation, status.restarts) == ("launching", restart, restart)
+        assert status.warnings[-1] == (
+            f"restart {restart} of 2 after rank 1 failed first (exit code 3); "
+            "its log keeps the traceback"
+        )
+        assert [p.state for p in status.processes] == ["pending", "pending"]  # the new ones
+        h.start_all()
+    assert [e["reason"] for e in h.events("restart")] == ["rank 1 failed first (exit code 3)"] * 2
+    h.up()
+    h.exit(W1, 3)  # no restart left: the job fails with the last failure, as without the flag
+    status = h.state
+    assert (status.state, status.error, status.restarts) == (
+        "failed",
+        "rank 1 failed first (exit code 3)",
+        2,
+    )
+
+
+def test_without_max_restarts_a_failure_fails_the_job_and_a_stop_is_never_restarted(harness):
+    h = harness()
+    h.up()
+    h.exit(W1, 3)
+    assert (h.state.state, h.state.restarts) == ("failed", 0)
+    h2 = harness(max_restarts=3)
+    h2.up()
+    h2.sup.stop("user")
+    assert (h2.state.state, h2.state.restarts) == ("stopped", 0)
+
+
 def test_a_stall_is_said_once_naming_the_ranks_their_steps_and_where_they_stand(harness):
     h = harness(stall_timeout=5, workers=3)
     h.up()

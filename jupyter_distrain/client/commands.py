@@ -127,6 +127,9 @@ def print_status(job: Job, gpu_text: Callable[[Any], str] = lambda process: "") 
     """The job's line, its error, and a line per process; returns the status shown."""
     status = job.status()
     print(job_line(job, status))
+    if status.restarts:
+        restarts = [w for w in status.warnings if w.startswith("restart ")]
+        print(f"restarts: {status.restarts} ({restarts[-1] if restarts else 'after a failure'})")
     if status.error:
         print(f"error: {status.error}")
     for p in [*status.processes, *status.helpers]:

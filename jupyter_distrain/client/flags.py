@@ -189,6 +189,15 @@ def flag_table() -> tuple[Flag, ...]:
             "stall_timeout",
         ),
         Flag(
+            "--max-restarts",
+            "int",
+            0,
+            "after a failed, hung or lost rank, restart the job from its last checkpoint, "
+            "up to N times (0: fail at once)",
+            "max_restarts",
+            metavar="N",
+        ),
+        Flag(
             "--keras",
             "str",
             "auto",

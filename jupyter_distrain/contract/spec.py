@@ -51,6 +51,7 @@ class _JobFields:
     batch_size: int | None = None  # images per step, where Keras cannot tell
     hang_timeout: float = 120.0  # seconds a running process may go unheard; 0 turns it off
     stall_timeout: float = 60.0  # seconds without a step on any rank before a warning; 0: off
+    max_restarts: int = 0  # restarts from the last checkpoint after a failure (as torchrun's)
     keras: str = "auto"  # auto, legacy (tf-keras) or native; resolved by submit
     gpus: int = 0  # GPUs per worker (and chief); ps get none
     gpu_ids: list[str] = field(default_factory=list)  # the devices to use (default: all)
@@ -116,6 +117,9 @@ class JobSpec(_JobFields):
         _number("--grace", self.grace, "a number of seconds >= 0", low=None, high=MAX_GRACE)
         _number("--hang-timeout", self.hang_timeout, "seconds >= 0", low=None, high=MAX_SECONDS)
         _number("--stall-timeout", self.stall_timeout, "seconds >= 0", low=None, high=MAX_SECONDS)
+        restarts = self.max_restarts
+        if not isinstance(restarts, int) or isinstance(restarts, bool) or not 0 <= restarts <= 100:
+            raise SpecError(f"--max-restarts must be a whole number 0-100, got {restarts!r}")
         if not _NAME_RE.fullmatch(self.name):
             raise SpecError(
                 f"--name must be 1-40 letters, digits, '_', '.' or '-', got {self.name!r}"

@@ -144,6 +144,7 @@ class JobStatus:
     launcher: str = ""
     workers: int = 0
     generation: int = 0
+    restarts: int = 0  # after failures (--max-restarts)
     scaling_to: int | None = None
     supervisor_pid: int | None = None
     created: float | None = None

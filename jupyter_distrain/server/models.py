@@ -56,5 +56,7 @@ def job_model(job: Job) -> dict[str, Any]:
         "error": status.error,
         "warnings": status.warnings,
         "generation": status.generation,
+        "restarts": status.restarts,  # after failures (--max-restarts)
+        "max_restarts": spec.max_restarts,
         "processes": [process_model(p) for p in processes],
     }

@@ -26,6 +26,7 @@ from . import events as ev
 from .generation import Generation
 from .outcomes import ProcessEvents
 from .periodic import WATCHES, Saver, StartupDeadline
+from .restarts import Restarts
 from .scaling import Scaling
 from .stacks import Stacks
 from .table import ProcessTable
@@ -78,6 +79,7 @@ class Supervisor:
         self.processes = ProcessEvents(self)
         self.startup = StartupDeadline(self)
         self.stacks = Stacks(self)
+        self.restarts = Restarts(self)
         watches = [watch(self) for watch in WATCHES]
         self.duties = [self.startup, self.stacks, *watches, Saver(self)]  # Saver saves the rest
         self._loop_thread = threading.get_ident()

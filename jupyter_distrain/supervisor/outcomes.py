@@ -140,7 +140,7 @@ class ProcessEvents:
             return
         if outcome.state == "failed":
             culprit = outcome.culprit
-            sup.fail(
+            sup.restarts.fail_or_restart(
                 outcome.error or "failed",
                 tail=last_lines(sup.job.log_file(culprit.id), TAIL_LINES) if culprit else "",
                 process=str(culprit.id) if culprit else None,

@@ -73,7 +73,7 @@ class MemoryWatch(Periodic):
             record_exit(entry.record, -signal.SIGKILL)
             pid = entry.record.id
             name = f"worker {pid.index}" if pid.role == "worker" else pid.describe()
-            sup.fail(
+            sup.restarts.fail_or_restart(
                 f"{name} exceeded {sup.spec.memory:.1f} GiB (resident {used / 2**30:.2f} GiB)",
                 process=str(pid),
             )
@@ -117,7 +117,7 @@ class HangWatch(Periodic):
             silent = now - entry.last_heard
             if silent > limit:
                 pid = entry.record.id
-                sup.fail(
+                sup.restarts.fail_or_restart(
                     f"{pid.describe()} stopped responding: nothing heard from it for "
                     f"{silent:.0f} s (--hang-timeout {limit:g})",
                     process=str(pid),

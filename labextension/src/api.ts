@@ -25,6 +25,8 @@ export interface IJob {
   workers_up: number;
   ps: number;
   scaling_to: number | null;
+  restarts?: number; // after failures (--max-restarts)
+  max_restarts?: number;
   images_per_sec: number;
   created: number | null;
   ended: number | null;

@@ -68,7 +68,8 @@ class JobRow {
     this._state.className = `jp-distrain-state jp-distrain-state-${job.state}`;
     const scaling = job.scaling_to ? ` -> ${job.scaling_to}` : '';
     const ps = job.ps ? `, ${job.ps} ps` : '';
-    this._detail.textContent = `${job.backend} / ${job.launcher} · workers ${job.workers_up}/${job.workers}${scaling}${ps}`;
+    const restarts = job.restarts ? ` · restart ${job.restarts} of ${job.max_restarts}` : '';
+    this._detail.textContent = `${job.backend} / ${job.launcher} · workers ${job.workers_up}/${job.workers}${scaling}${ps}${restarts}`;
     this._rate.textContent = live ? `${rateText(job.images_per_sec)} img/s` : '';
     this._chart.replaceChildren(...(live && series.length > 1 ? [sparkline(series)] : []));
     this._error.textContent = job.error ?? '';

@@ -67,6 +67,12 @@ describe('JobsSidebar', () => {
     model.changed.emit();
     expect(button.disabled).toBe(true);
     expect([...sidebar.node.querySelectorAll('li')].map(li => li.dataset.jobId)).toEqual(['a']);
+
+    model.jobs = [{ ...job('a', 'running'), restarts: 1, max_restarts: 3 }];
+    model.changed.emit();
+    expect(sidebar.node.querySelector('.jp-distrain-job-detail')!.textContent).toBe(
+      'plain / local · workers 2/2 · restart 1 of 3'
+    );
     sidebar.dispose();
   });
 });
