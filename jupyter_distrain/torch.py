@@ -16,18 +16,25 @@ of it: ``torch.distributed.init_process_group()`` works with no arguments).
 
 Every rank must call :meth:`Checkpointed.save_if_asked` at the same steps: they agree
 (one tiny allreduce) on whether to save, since the request reaches them at different
-moments.
+moments. With ``--checkpoint-every N`` (steps: calls of ``save_if_asked``) or ``Ns``
+(seconds), it also saves then and goes on: what a ``--max-restarts`` restart resumes
+from, saying so ("resumed from the checkpoint of step 20"). A save is written beside
+the last one and takes its place once complete, so a failure while saving leaves the
+previous checkpoint whole.
 """
 
 from __future__ import annotations
 
 import os
+import shutil
+import time
 from pathlib import Path
 from typing import Any
 
 import torch
 import torch.distributed as dist
 
+from .contract.process import Env
 from .worker.instrument import (
     CHECKPOINT_EXIT,
     checkpoint_dir,
@@ -64,9 +71,14 @@ class Checkpointed:
         self.values = dict(values)
         self.path: Path = checkpoint_dir() / STATE
         self.resumed = (self.path / ".metadata").exists()
+        self._every, self._calls, self._saved_at = _every(), 0, time.monotonic()
         if self.resumed:
             with not_a_step():
                 self._load()
+            if not dist.is_initialized() or dist.get_rank() == 0:
+                step = self.values.get("step")
+                at = f" of step {step}" if isinstance(step, int) else ""
+                print(f"jupyter_distrain: resumed from the checkpoint{at}", flush=True)
 
     def __getattr__(self, name: str) -> Any:
         values = self.__dict__.get("values", {})
@@ -108,23 +120,54 @@ class Checkpointed:
             continue_steps_from(self.values["step"])
 
     def save(self) -> None:
-        """Save now (every rank: a collective)."""
+        """Save now (every rank: a collective), beside the last checkpoint; rank 0 puts
+        it in that one's place once every rank has written its part."""
         import torch.distributed.checkpoint as dcp
 
+        new = self.path.with_name(STATE + ".new")
         with not_a_step():
-            dcp.save(self._state_dict(), checkpoint_id=str(self.path))
+            dcp.save(self._state_dict(), checkpoint_id=str(new))
+        if not dist.is_initialized() or dist.get_rank() == 0:  # its save ends the last
+            old = self.path.with_name(STATE + ".old")
+            if self.path.exists():
+                self.path.rename(old)
+            new.rename(self.path)
+            shutil.rmtree(old, ignore_errors=True)
+        self._saved_at = time.monotonic()
 
     def save_if_asked(self) -> None:
         """If the job was asked to checkpoint (to scale), save on every rank and exit
-        with ``CHECKPOINT_EXIT``; otherwise return at once."""
-        asked = torch.tensor([1 if should_checkpoint() else 0])
+        with ``CHECKPOINT_EXIT``; if a periodic checkpoint is due (``--checkpoint-every``),
+        save and go on; otherwise return at once."""
+        self._calls += 1
+        asked = torch.tensor([1 if should_checkpoint() else 0, 1 if self._due() else 0])
         if dist.is_initialized() and dist.get_world_size() > 1:
             dist.all_reduce(asked, op=dist.ReduceOp.MAX)
-        if asked.item():
+        if asked[0].item():
             self.save()
             if dist.is_initialized():
                 dist.destroy_process_group()
             raise SystemExit(CHECKPOINT_EXIT)
+        if asked[1].item():
+            self.save()
+
+    def _due(self) -> bool:
+        every, seconds = self._every
+        if not every:
+            return False
+        if seconds:
+            return time.monotonic() - self._saved_at >= every
+        return self._calls % every == 0
+
+
+def _every() -> tuple[int, bool]:
+    """``--checkpoint-every``: (N, whether N is seconds); (0, False) without it."""
+    text = os.environ.get(Env.CHECKPOINT_EVERY, "")
+    seconds = text.endswith("s")
+    try:
+        return int(text.removesuffix("s")), seconds
+    except ValueError:
+        return 0, False
 
 
 def checkpointed(model: torch.nn.Module, optimizer: Any = None, **values: Any) -> Checkpointed:

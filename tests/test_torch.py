@@ -327,6 +327,52 @@ def test_scale_2_to_3_resumes_at_the_same_global_step_from_the_checkpoint(jobs_r
     assert left_after(lambda: processes_of(job.dir.path), 10) == []
 
 
+RESTARTING = """\
+import os, pathlib
+import torch, torch.distributed as dist
+import jupyter_distrain.torch as jdt
+jdt.setup()
+model = torch.nn.parallel.DistributedDataParallel(torch.nn.Linear(4, 1))
+optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+state = jdt.checkpointed(model=model, optimizer=optimizer, step=0)
+crashed = pathlib.Path(os.environ["JUPYTER_DISTRAIN_JOB_DIR"], "checkpoints", "crashed-once")
+while state.step < 30:
+    optimizer.zero_grad()
+    model(torch.ones(8, 4)).sum().backward()
+    optimizer.step()
+    state.step += 1
+    state.save_if_asked()
+    if state.step == 23 and dist.get_rank() == 1 and not crashed.exists():
+        crashed.write_text("once")
+        raise RuntimeError("rank 1 lost at step 23")
+print("ended at step", state.step, flush=True)
+"""
+
+
+def test_a_restart_resumes_from_the_last_periodic_checkpoint(jobs_root):
+    """``--max-restarts 1 --checkpoint-every 5``: rank 1 dies at step 23 of the first
+    generation; the second resumes from the checkpoint of step 20 (said in the log) and
+    ends at step 30; the failure's traceback stays in rank 1's log."""
+    spec = JobSpec(
+        code=RESTARTING, workers=2, backend="torch", max_restarts=1, checkpoint_every="5", grace=2
+    )
+    job = submit(spec)
+    assert job.wait(180) == "succeeded", job.status().error
+    status = job.status()
+    assert (status.restarts, status.generation) == (1, 1)
+    (said,) = [w for w in status.warnings if w.startswith("restart ")]
+    assert said.startswith("restart 1 of 1 after rank 1 failed first (exit code 1)"), said
+    log0 = job.logs(ProcessId("worker", 0))
+    assert "jupyter_distrain: resumed from the checkpoint of step 20" in log0, log0
+    assert log0.rstrip().endswith("ended at step 30"), log0
+    assert "RuntimeError: rank 1 lost at step 23" in job.logs(ProcessId("worker", 1))
+    assert sorted(p.name for p in job.dir.checkpoints_dir.iterdir()) == [
+        "crashed-once",
+        "torch-state",
+    ]
+    assert left_after(lambda: processes_of(job.dir.path), 10) == []
+
+
 def test_bench_runs_torch_on_the_same_resnet_and_says_its_framework(jobs_root):
     from jupyter_distrain.client import bench
 

@@ -198,6 +198,15 @@ def flag_table() -> tuple[Flag, ...]:
             metavar="N",
         ),
         Flag(
+            "--checkpoint-every",
+            "str",
+            "",
+            "save a checkpoint every N steps (50) or seconds (30s), where the program saves "
+            "through jupyter_distrain.torch.checkpointed: what a restart resumes from",
+            "checkpoint_every",
+            metavar="N|Ns",
+        ),
+        Flag(
             "--keras",
             "str",
             "auto",

@@ -80,6 +80,7 @@ class Env:
     BACKEND = "JUPYTER_DISTRAIN_BACKEND"
     OUT = "JUPYTER_DISTRAIN_OUT"  # set when rank 0 must store ``result``
     BATCH_SIZE = "JUPYTER_DISTRAIN_BATCH_SIZE"
+    CHECKPOINT_EVERY = "JUPYTER_DISTRAIN_CHECKPOINT_EVERY"  # --checkpoint-every: "50" or "30s"
     ROLE = "JUPYTER_DISTRAIN_ROLE"
     INDEX = "JUPYTER_DISTRAIN_INDEX"
     RANK = "JUPYTER_DISTRAIN_RANK"  # set by the worker itself for the user's program

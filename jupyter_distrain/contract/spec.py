@@ -16,6 +16,7 @@ class SpecError(ValueError):
 
 
 _NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,39}")  # names are fullmatch()ed
+_EVERY_RE = re.compile(r"[1-9][0-9]{0,8}s?")
 _ENV_KEY_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _IDENTIFIER_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
@@ -52,6 +53,7 @@ class _JobFields:
     hang_timeout: float = 120.0  # seconds a running process may go unheard; 0 turns it off
     stall_timeout: float = 60.0  # seconds without a step on any rank before a warning; 0: off
     max_restarts: int = 0  # restarts from the last checkpoint after a failure (as torchrun's)
+    checkpoint_every: str = ""  # "50" (steps) or "30s": periodic checkpoints ("" none)
     keras: str = "auto"  # auto, legacy (tf-keras) or native; resolved by submit
     gpus: int = 0  # GPUs per worker (and chief); ps get none
     gpu_ids: list[str] = field(default_factory=list)  # the devices to use (default: all)
@@ -117,6 +119,11 @@ class JobSpec(_JobFields):
         _number("--grace", self.grace, "a number of seconds >= 0", low=None, high=MAX_GRACE)
         _number("--hang-timeout", self.hang_timeout, "seconds >= 0", low=None, high=MAX_SECONDS)
         _number("--stall-timeout", self.stall_timeout, "seconds >= 0", low=None, high=MAX_SECONDS)
+        if self.checkpoint_every and not _EVERY_RE.fullmatch(str(self.checkpoint_every)):
+            raise SpecError(
+                "--checkpoint-every takes a number of steps (50) or of seconds (30s), "
+                f"got {self.checkpoint_every!r}"
+            )
         restarts = self.max_restarts
         if not isinstance(restarts, int) or isinstance(restarts, bool) or not 0 <= restarts <= 100:
             raise SpecError(f"--max-restarts must be a whole number 0-100, got {restarts!r}")

@@ -70,6 +70,8 @@ class Channels:
         env = {**channels.env(), Env.BACKEND: spec.backend, Env.OUT: spec.out or ""}
         if spec.batch_size:
             env[Env.BATCH_SIZE] = str(spec.batch_size)
+        if spec.checkpoint_every:
+            env[Env.CHECKPOINT_EVERY] = str(spec.checkpoint_every)
         if spec.keras == "legacy":  # tf.keras is tf-keras (Keras 2), not Keras 3
             env["TF_USE_LEGACY_KERAS"] = "1"
         return {**env, "PYTHONUNBUFFERED": "1"}
