@@ -476,6 +476,38 @@ def test_a_killed_task_fails_the_job_fast_and_leaves_nothing(cluster, jobs_root)
     assert not psutil.pid_exists(worker.pid)
 
 
+def test_a_killed_task_with_a_restart_left_restarts_the_job_in_a_new_allocation(cluster, jobs_root):
+    """``--max-restarts 1``: the killed rank ends that generation (its Slurm job too) and
+    the next runs in a new allocation, both ranks from the start; a stop then leaves
+    nothing."""
+    spec = JobSpec(
+        code=ENDLESS,
+        workers=2,
+        backend="torch",
+        max_restarts=1,
+        grace=1,
+        **cluster.options(slurm_nodes=2),
+    )
+    job = api.submit(spec)
+    wait_for(lambda: "step 3" in log_of(job, 1) or job.done, 60, what="steps")
+    worker = next(p for p in job.status().processes if p.index == 1)
+    os.kill(worker.pid, signal.SIGKILL)  # one file system and pid space: it is this pid
+    wait_for(
+        lambda: job.status().generation == 1 and job.state == "running" or job.done,
+        120,
+        what="the restart",
+    )
+    status = job.status()
+    assert status.state == "running" and status.restarts == 1, status.error
+    (said,) = [w for w in status.warnings if w.startswith("restart ")]
+    assert said.startswith("restart 1 of 1 after rank 1 on host jdsn"), said
+    assert "(killed by SIGKILL)" in said
+    wait_for(lambda: log_of(job, 1).count("step 3\n") == 2, 60, what="rank 1 stepping again")
+    assert len(cluster.queue()) == 1  # the first allocation is gone, the new one runs
+    assert job.stop() == "stopped"
+    nothing_left(cluster)
+
+
 def test_an_impossible_request_is_refused_at_submit_and_nothing_is_submitted(cluster, jobs_root):
     with pytest.raises(SpecError) as refused:
         api.submit(JobSpec(code=ENDLESS, workers=5, backend="plain", cpu=1, **cluster.options()))
