@@ -11,6 +11,7 @@ import os
 import pwd
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -631,6 +632,30 @@ def test_the_stacks_of_ddp_ranks_on_two_hosts_show_where_each_stands(cluster, jo
     job = api.submit(spec)
     report = check_torch_stacks(job, 3)
     assert {p.host for p in report.processes} == {"jdh1", "jdh2"}
+    assert job.stop() == "stopped"
+    assert wait_until_gone(job.id, 30) == []
+
+
+def test_a_rank_killed_on_a_host_restarts_the_job_on_the_hosts_when_a_restart_is_left(
+    cluster, jobs_root
+):
+    spec = JobSpec(
+        code=LOOP, workers=2, backend="torch", max_restarts=1, grace=1, **cluster.options()
+    )
+    job = api.submit(spec)
+    log1 = job.dir.log_file(ProcessId("worker", 1))
+    wait_for(lambda: log1.exists() and "step" in log1.read_text() or job.done, 60, what="stepping")
+    worker = next(p for p in job.status().processes if p.index == 1)
+    os.kill(worker.pid, signal.SIGKILL)  # the hosts share this pid space
+    wait_for(
+        lambda: job.status().generation == 1 and job.state == "running" or job.done,
+        120,
+        what="the restart",
+    )
+    status = job.status()
+    assert (status.state, status.restarts) == ("running", 1), status.error
+    (said,) = [w for w in status.warnings if w.startswith("restart ")]
+    assert said.startswith("restart 1 of 1 after rank 1 on host jdh"), said
     assert job.stop() == "stopped"
     assert wait_until_gone(job.id, 30) == []
 
