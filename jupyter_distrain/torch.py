@@ -120,14 +120,17 @@ class Checkpointed:
             continue_steps_from(self.values["step"])
 
     def save(self) -> None:
-        """Save now (every rank: a collective), beside the last checkpoint; rank 0 puts
-        it in that one's place once every rank has written its part."""
+        """Save now (every rank: a collective), beside the last checkpoint; once every
+        rank has written its part, the first rank of each host puts the host's new files
+        in the last one's place (a job on several hosts has a job directory on each)."""
         import torch.distributed.checkpoint as dcp
 
         new = self.path.with_name(STATE + ".new")
         with not_a_step():
             dcp.save(self._state_dict(), checkpoint_id=str(new))
-        if not dist.is_initialized() or dist.get_rank() == 0:  # its save ends the last
+            if dist.is_initialized() and dist.get_world_size() > 1:
+                dist.barrier()  # every part written, rank 0's metadata too
+        if int(os.environ.get("LOCAL_RANK", "0")) == 0 and new.exists():
             old = self.path.with_name(STATE + ".old")
             if self.path.exists():
                 self.path.rename(old)

@@ -29,7 +29,7 @@ from test_metrics_widget import KERAS_FIT
 from test_mpi import AVERAGING
 from test_mpi import SAID as MPI_SAID
 from test_tf_backends import SEED_PROGRAM
-from test_torch import DDP_PROGRAM, ddp_rerun_from_the_pool
+from test_torch import DDP_PROGRAM, RESTARTING, ddp_rerun_from_the_pool
 from test_torch import SAID as DDP_SAID
 from test_users import WHOAMI, submit_as
 from useraccounts import ALICE, run_as
@@ -657,6 +657,26 @@ def test_a_rank_killed_on_a_host_restarts_the_job_on_the_hosts_when_a_restart_is
     (said,) = [w for w in status.warnings if w.startswith("restart ")]
     assert said.startswith("restart 1 of 1 after rank 1 on host jdh"), said
     assert job.stop() == "stopped"
+    assert wait_until_gone(job.id, 30) == []
+
+
+def test_a_restart_resumes_from_the_periodic_checkpoint_across_two_hosts(cluster, jobs_root):
+    """The DDP program of test_torch's periodic checkpoint test, one rank on each host:
+    rank 1 dies at step 23, the job restarts and resumes from step 20 on both hosts."""
+    spec = JobSpec(
+        code=RESTARTING,
+        workers=2,
+        backend="torch",
+        max_restarts=1,
+        checkpoint_every="5",
+        grace=2,
+        **cluster.options(),
+    )
+    job = api.submit(spec)
+    assert job.wait(180) == "succeeded", job.status().error
+    log0 = job.logs(ProcessId("worker", 0))
+    assert "jupyter_distrain: resumed from the checkpoint of step 20" in log0, log0
+    assert log0.rstrip().endswith("ended at step 30"), log0
     assert wait_until_gone(job.id, 30) == []
 
 
