@@ -250,6 +250,35 @@ def test_stop_button_works_while_the_cell_runs_and_run_all_waits(kernel, jobs_ro
     assert "next cell ran" in nxt.stdout
 
 
+CRASH_ONCE = """
+import os, pathlib
+class Crash(tf.keras.callbacks.Callback):
+    def on_epoch_begin(self, epoch, logs=None):
+        mark = pathlib.Path(os.environ["JUPYTER_DISTRAIN_JOB_DIR"], "checkpoints", "crashed")
+        if epoch == 3 and hvd.rank() == 1 and not mark.exists():
+            mark.write_text("once")
+            os._exit(1)
+"""
+
+
+@pytest.mark.horovod
+def test_a_keras_job_restarted_after_a_crash_resumes_at_the_epoch_after_its_backup(jobs_root):
+    """``--max-restarts 1 --checkpoint-every 1``: Keras ``fit`` backs up at every epoch's
+    end; rank 1 dies as epoch 3 begins; the restarted job resumes at epoch 3, not 0."""
+    code = "EPOCHS, EPOCH_PAUSE = 5, 0.1\n" + KERAS_FIT.replace(
+        "import time\nmodel.fit(", CRASH_ONCE + "import time\nmodel.fit("
+    ).replace("Say()]", "Say(), Crash()]")
+    spec = JobSpec(code=code, workers=2, max_restarts=1, checkpoint_every="1", grace=2)
+    job = submit(spec)
+    assert job.wait(timeout=300) == "succeeded", job.status().error
+    assert job.status().restarts == 1
+    epochs = re.findall(r"^epoch (\d) size 2$", job.logs(ProcessId("worker", 0)), re.M)
+    first = epochs.index("3")  # the first generation got to epoch 3
+    assert epochs[:first] == ["0", "1", "2"] and epochs[first + 1 :][-2:] == ["3", "4"], epochs
+    assert epochs.count("0") == 1  # the second did not start over
+    assert "finished" in job.logs(ProcessId("worker", 0))
+
+
 @pytest.mark.horovod
 def test_scaling_a_keras_job_restarts_it_from_its_checkpoint(jobs_root):
     job = submit(JobSpec(code="EPOCHS, EPOCH_PAUSE = 8, 1.0\n" + KERAS_FIT, workers=2, grace=3))

@@ -149,7 +149,8 @@ def make_callbacks(keras: Any, images: int | None) -> list[Any]:
 
     class BackupOnRequest(keras.callbacks.BackupAndRestore):
         """BackupAndRestore that writes its backup only when the supervisor asks (then the
-        process exits for the restart), so training that is not rescaled pays nothing.
+        process exits for the restart), so training that is not rescaled pays nothing;
+        with ``--checkpoint-every``, at every epoch's end too (and goes on).
         Keras 2's backs up through ``_backup``, Keras 3's through ``_save_model``; each
         rank into its own directory (see :func:`_backup_dir`)."""
 
@@ -168,13 +169,18 @@ def make_callbacks(keras: Any, images: int | None) -> list[Any]:
 
         def on_epoch_end(self, epoch: int, logs: Any = None) -> None:
             if _agreed(self.model, instrument.should_checkpoint()):
-                if keras2:
-                    self._backup(epoch=epoch)
-                else:  # every rank: under JAX, reading the weights is a collective
-                    self._current_epoch = epoch + 1
-                    self._save_model()
+                self._write(epoch)
                 print(f"jupyter_distrain: checkpointed after epoch {epoch}; restarting", flush=True)
                 raise SystemExit(instrument.CHECKPOINT_EXIT)
+            if os.environ.get(Env.CHECKPOINT_EVERY):  # what a --max-restarts restart resumes
+                self._write(epoch)
+
+        def _write(self, epoch: int) -> None:
+            if keras2:
+                self._backup(epoch=epoch)
+            else:  # every rank: under JAX, reading the weights is a collective
+                self._current_epoch = epoch + 1
+                self._save_model()
 
     global _fits
     callbacks = [StepMetrics()]
