@@ -138,7 +138,8 @@ lab: setup $(STAMPS)/labextension
 # as root. Each pytest run below is the same selection as before, split by that mark.
 TEST_USER := distrain-alice
 USER_PYTEST = $(SUDO) env VENV=$(1) tests/users/as_user.sh $(TEST_USER) $(1)/bin/pytest -p no:cacheprovider
-test: setup $(STAMPS)/hub-proxy
+# the extension is built first: tests/test_wheel.py builds the package with it, as a release does
+test: setup $(STAMPS)/hub-proxy $(STAMPS)/labextension
 	$(VENV)/bin/ruff check jupyter_distrain tests benchmarks notebooks
 	$(SUDO) tests/users/accounts.sh
 	@echo "== as $(TEST_USER) =="

@@ -25,6 +25,8 @@ def run(argv: list[str], env: dict[str, str], timeout: float = 600) -> str:
 
 
 def test_a_wheel_installs_and_works_where_no_node_exists(tmp_path):
+    built = ROOT / "jupyter_distrain/labextension/static"
+    assert built.is_dir(), "build the extension first (make builds it before the tests)"
     dist = tmp_path / "dist"
     run(
         [sys.executable, "-m", "build", "--outdir", str(dist), str(ROOT)],
