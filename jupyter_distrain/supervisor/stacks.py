@@ -40,6 +40,8 @@ log = logging.getLogger(__name__)
 
 @dataclass
 class Collection:
+    """One collection under way: who was asked, what came back, who waits for it."""
+
     report: StacksReport
     asked: dict[ProcessId, Entry]
     answers: dict[ProcessId, ProcessStacks] = field(default_factory=dict)
