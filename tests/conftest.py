@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import queue
+import signal
 import subprocess
 import sys
 import time
@@ -297,3 +298,22 @@ def check_stacks(job: Job, ranks: int, odd: str, others_at: str) -> StacksReport
     assert [p.state for p in status.processes] == ["running"] * ranks
     assert [r.reason for r in job.kept_stacks()] == ["request"]
     return report
+
+
+def restart_after_killing_rank_1(job: Job, up: str) -> str:
+    """Kill rank 1 of a ``--max-restarts 1`` job once its log says ``up`` (the test hosts
+    and nodes share this pid space); wait for the next generation to run; return the
+    restart's warning."""
+    log = job.dir.log_file(ProcessId("worker", 1))
+    wait_for(lambda: log.exists() and up in log.read_text() or job.done, 60, what="rank 1 up")
+    worker = next(p for p in job.status().processes if p.index == 1)
+    os.kill(worker.pid, signal.SIGKILL)
+    wait_for(
+        lambda: job.status().generation == 1 and job.state == "running" or job.done,
+        120,
+        what="the restart",
+    )
+    status = job.status()
+    assert (status.state, status.restarts) == ("running", 1), status.error
+    (said,) = [w for w in status.warnings if w.startswith("restart ")]
+    return said

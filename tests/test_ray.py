@@ -21,7 +21,13 @@ from pathlib import Path
 
 import psutil
 import pytest
-from conftest import STACKS_PROGRAM, check_stacks_of_the_odd_rank, fault_row, wait_for
+from conftest import (
+    STACKS_PROGRAM,
+    check_stacks_of_the_odd_rank,
+    fault_row,
+    restart_after_killing_rank_1,
+    wait_for,
+)
 from jobscan import left_after
 from jobscan import processes_naming as job_processes
 from netprobe import (
@@ -406,19 +412,9 @@ def test_a_rank_killed_on_a_node_restarts_the_job_in_a_new_placement(cluster, dr
         code=ENDLESS, workers=2, backend="torch", max_restarts=1, grace=1, **cluster.options()
     )
     job = api.submit(spec)
-    log1 = job.dir.log_file(ProcessId("worker", 1))
-    wait_for(lambda: log1.exists() and "step 3" in log1.read_text() or job.done, 60, what="steps")
-    worker = next(p for p in job.status().processes if p.index == 1)
-    os.kill(worker.pid, signal.SIGKILL)  # the nodes share this pid space
-    wait_for(
-        lambda: job.status().generation == 1 and job.state == "running" or job.done,
-        120,
-        what="the restart",
-    )
-    status = job.status()
-    assert (status.state, status.restarts) == ("running", 1), status.error
-    (said,) = [w for w in status.warnings if w.startswith("restart ")]
+    said = restart_after_killing_rank_1(job, "step 3")
     assert said.startswith("restart 1 of 1 after rank 1"), said
+    log1 = job.dir.log_file(ProcessId("worker", 1))
     wait_for(lambda: log1.read_text().count("step 3\n") == 2, 60, what="rank 1 stepping again")
     assert job.stop() == "stopped"
     assert wait_until_gone(job.id, 15) == []

@@ -19,7 +19,12 @@ from pathlib import Path
 
 import psutil
 import pytest
-from conftest import TORCH_STACKS_PROGRAM, check_torch_stacks, wait_for
+from conftest import (
+    TORCH_STACKS_PROGRAM,
+    check_torch_stacks,
+    restart_after_killing_rank_1,
+    wait_for,
+)
 from netprobe import flooding
 from slurmcluster import CONTROLLER_ADDRESS, SlurmCluster, slurm_cluster
 from test_ray import (
@@ -489,17 +494,7 @@ def test_a_killed_task_with_a_restart_left_restarts_the_job_in_a_new_allocation(
         **cluster.options(slurm_nodes=2),
     )
     job = api.submit(spec)
-    wait_for(lambda: "step 3" in log_of(job, 1) or job.done, 60, what="steps")
-    worker = next(p for p in job.status().processes if p.index == 1)
-    os.kill(worker.pid, signal.SIGKILL)  # one file system and pid space: it is this pid
-    wait_for(
-        lambda: job.status().generation == 1 and job.state == "running" or job.done,
-        120,
-        what="the restart",
-    )
-    status = job.status()
-    assert status.state == "running" and status.restarts == 1, status.error
-    (said,) = [w for w in status.warnings if w.startswith("restart ")]
+    said = restart_after_killing_rank_1(job, "step 3")
     assert said.startswith("restart 1 of 1 after rank 1 on host jdsn"), said
     assert "(killed by SIGKILL)" in said
     wait_for(lambda: log_of(job, 1).count("step 3\n") == 2, 60, what="rank 1 stepping again")

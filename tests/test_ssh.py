@@ -11,7 +11,6 @@ import os
 import pwd
 import re
 import shutil
-import signal
 import subprocess
 import sys
 import time
@@ -19,7 +18,13 @@ from pathlib import Path
 
 import psutil
 import pytest
-from conftest import TORCH_STACKS_PROGRAM, check_torch_stacks, fault_row, wait_for
+from conftest import (
+    TORCH_STACKS_PROGRAM,
+    check_torch_stacks,
+    fault_row,
+    restart_after_killing_rank_1,
+    wait_for,
+)
 from jobscan import left_after
 from jobscan import processes_naming as job_processes
 from multihost import SSH_PORT, SshCluster, namespace_pids, ssh_cluster
@@ -643,18 +648,7 @@ def test_a_rank_killed_on_a_host_restarts_the_job_on_the_hosts_when_a_restart_is
         code=LOOP, workers=2, backend="torch", max_restarts=1, grace=1, **cluster.options()
     )
     job = api.submit(spec)
-    log1 = job.dir.log_file(ProcessId("worker", 1))
-    wait_for(lambda: log1.exists() and "step" in log1.read_text() or job.done, 60, what="stepping")
-    worker = next(p for p in job.status().processes if p.index == 1)
-    os.kill(worker.pid, signal.SIGKILL)  # the hosts share this pid space
-    wait_for(
-        lambda: job.status().generation == 1 and job.state == "running" or job.done,
-        120,
-        what="the restart",
-    )
-    status = job.status()
-    assert (status.state, status.restarts) == ("running", 1), status.error
-    (said,) = [w for w in status.warnings if w.startswith("restart ")]
+    said = restart_after_killing_rank_1(job, "step")
     assert said.startswith("restart 1 of 1 after rank 1 on host jdh"), said
     assert job.stop() == "stopped"
     assert wait_until_gone(job.id, 30) == []

@@ -295,18 +295,13 @@ def run(
 
 def _stacks(job: Job, native: bool) -> StacksReport:
     """Stacks taken now, or the last ones kept when the job has ended."""
-    if job.done:
-        kept = job.kept_stacks()
-        if not kept:
-            raise CommandError(
-                f"job {job.id} has ended ({job.state}); no stacks were taken while it ran"
-            )
-        print(f"Job {job.id} has ended ({job.state}); the last stacks taken while it ran:")
-        return kept[-1]
     try:
-        return job.stacks(native)
+        report, kept = job.latest_stacks(native)
     except RuntimeError as exc:
         raise CommandError(str(exc)) from None
+    if kept:
+        print(f"Job {job.id} has ended ({job.state}); the last stacks taken while it ran:")
+    return report
 
 
 def _logs(job: Job, args: argparse.Namespace) -> int:

@@ -46,6 +46,10 @@ POLL_SECONDS = 0.1
 NEVER_STARTED = "its submit was interrupted before a supervisor started; nothing ran"
 
 
+class NoStacks(RuntimeError):
+    """An ended job that kept no stacks."""
+
+
 class JobFailed(RuntimeError):
     """The job ended in ``failed``. Shown in a notebook without a local traceback."""
 
@@ -204,6 +208,20 @@ class Job:
     def kept_stacks(self) -> list[StacksReport]:
         """The stacks taken while the job ran (on request or at a stall), oldest first."""
         return self.dir.read_stacks()
+
+    def latest_stacks(self, native: bool = False) -> tuple[StacksReport, bool]:
+        """What every front-end shows: the stacks taken now while the job runs, else the
+        last ones taken while it ran; with whether they are those kept. Raises
+        :class:`NoStacks` for an ended job that kept none, ``RuntimeError`` when the
+        running job's processes cannot be asked."""
+        if not self.done:
+            return self.stacks(native), False
+        kept = self.kept_stacks()
+        if not kept:
+            raise NoStacks(
+                f"job {self.id} has ended ({self.state}); no stacks were taken while it ran"
+            )
+        return kept[-1], True
 
     def scale(self, workers: int) -> None:
         """Resize the job to ``workers`` workers: in place for a Horovod elastic program,

@@ -106,6 +106,11 @@ class ProcessStacks:
     error: str = ""
     native: str = ""  # py-spy's dump, native frames included (asked with --native)
 
+    @property
+    def label(self) -> str:
+        """How the views name it: its name, else its id."""
+        return self.name or self.process
+
     def main_thread(self) -> ThreadStack | None:
         return next((t for t in self.threads if t.main), None)
 
@@ -126,7 +131,6 @@ class ProcessStacks:
             lambda t: t if t.main else dataclasses.replace(t, frames=[]),
             lambda t: dataclasses.replace(t, frames=t.frames[-10:]) if t.main else None,
         ]
-        data = self.to_dict()
         for step in steps:
             threads = [t for t in map(step, self.threads) if t is not None]
             data = dataclasses.asdict(dataclasses.replace(self, threads=threads))
@@ -185,7 +189,7 @@ class StackGroup:
 
     @property
     def names(self) -> list[str]:
-        return [p.name or p.process for p in self.processes]
+        return [p.label for p in self.processes]
 
     @property
     def stack(self) -> ThreadStack | None:
@@ -208,7 +212,7 @@ class StackGroup:
 def _native_lines(proc: ProcessStacks) -> list[str]:
     if not proc.native:
         return []
-    head = f"      {proc.name or proc.process}, native (py-spy):"
+    head = f"      {proc.label}, native (py-spy):"
     return [head, *(f"        {line}" for line in proc.native.splitlines())]
 
 
@@ -268,7 +272,7 @@ class StacksReport:
                 lines.extend(_native_lines(proc))
         for proc in self.processes:
             if proc.error:
-                lines.append(f"  {proc.name or proc.process}: {proc.error}")
+                lines.append(f"  {proc.label}: {proc.error}")
                 lines.extend(_native_lines(proc))
         return "\n".join(lines)
 

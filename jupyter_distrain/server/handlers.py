@@ -25,7 +25,7 @@ from tornado.ioloop import IOLoop
 
 from ..client import retention
 from ..client.flags import flag_models
-from ..client.job import Job
+from ..client.job import Job, NoStacks
 from ..client.magics import line_error
 from ..contract.process import ProcessId
 from ..contract.status import FINAL_STATES
@@ -259,18 +259,14 @@ class StacksHandler(DistrainHandler):
     @authorized
     async def get(self, job_id: str) -> None:
         job = _job(job_id)
-        kept = job.kept_stacks() if job.done else []
-        if job.done and not kept:
-            raise web.HTTPError(404, f"job {job_id} has ended; no stacks were taken while it ran")
-        if kept:
-            self.finish(json.dumps({**kept[-1].model(), "kept": True}))
-            return
+        native = self.get_query_argument("native", "") in ("1", "true")
         try:
-            native = self.get_query_argument("native", "") in ("1", "true")
-            report = await IOLoop.current().run_in_executor(None, job.stacks, native)
+            report, kept = await IOLoop.current().run_in_executor(None, job.latest_stacks, native)
+        except NoStacks as exc:
+            raise web.HTTPError(404, str(exc)) from None
         except RuntimeError as exc:
             raise web.HTTPError(409, str(exc)) from None
-        self.finish(json.dumps({**report.model(), "kept": False}))
+        self.finish(json.dumps({**report.model(), "kept": kept}))
 
 
 class FlagsHandler(DistrainHandler):

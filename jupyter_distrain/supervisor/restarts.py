@@ -39,12 +39,21 @@ class Restarts:
         sup.status.restarts = done + 1
         sup.warn(f"restart {done + 1} of {limit} after {error}; its log keeps the traceback")
         log.info("restarting after a failure: %s", error)
-        sup.gen.stop(sup.spec.grace)
-        sup.job.append_event(
-            "restart",
-            generation=sup.gen.number + 1,
-            workers=sup.spec.workers,
-            reason=error,
-            previous=[r.to_dict() for r in sup.table.rows()],
-        )
-        sup.launch()
+        next_generation(sup, sup.spec.workers, reason=error)
+
+
+def next_generation(sup: Supervisor, workers: int, **event: Any) -> None:
+    """End this generation (SIGTERM, ``--grace``, SIGKILL) and launch the next with
+    ``workers``; the ``restart`` event keeps the ended generation's rows (a scale's
+    restart and a failure's alike)."""
+    assert sup.gen is not None
+    sup.gen.stop(sup.spec.grace)
+    sup.job.append_event(
+        "restart",
+        generation=sup.gen.number + 1,
+        workers=workers,
+        previous=[r.to_dict() for r in sup.table.rows()],
+        **event,
+    )
+    sup.resized(workers)
+    sup.launch()

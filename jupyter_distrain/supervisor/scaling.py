@@ -73,6 +73,7 @@ from typing import TYPE_CHECKING
 from ..contract.process import CHECKPOINT_EXIT
 from ..contract.status import ProcessRecord
 from ..timing import Deadline
+from .restarts import next_generation
 
 if TYPE_CHECKING:
     from .core import Supervisor
@@ -145,16 +146,8 @@ class Scaling:
         assert sup.gen is not None and self.target is not None
         workers = self.target
         log.info("restarting with %d workers", workers)
-        sup.gen.stop(sup.spec.grace)
-        sup.job.append_event(
-            "restart",
-            generation=sup.gen.number + 1,
-            workers=workers,
-            previous=[r.to_dict() for r in sup.table.rows()],
-        )
         self.done()
-        sup.resized(workers)
-        sup.launch()
+        next_generation(sup, workers)
 
     def checkpointed(self, code: int) -> bool:
         """Whether an exit with ``code`` is a member's answer to a pending request."""
