@@ -125,7 +125,7 @@ def test_a_rank_whose_steps_take_longer_is_named_with_how_much_in_the_widget_and
 
     def named() -> bool:
         model.update()
-        return bool(model.stragglers()) and all(p.step > 20 for p in model.processes())
+        return bool(model.stragglers()) and all((p.step or 0) > 20 for p in model.processes())
 
     wait_for(named, 60, what="a straggler named")
     assert list(model.stragglers()) == ["worker-2"]
