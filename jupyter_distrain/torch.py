@@ -105,7 +105,7 @@ class Checkpointed:
         from torch.distributed.checkpoint.state_dict import set_model_state_dict, set_state_dict
 
         state = self._state_dict()
-        dcp.load(state, checkpoint_id=str(self.path))
+        dcp.load(state, checkpoint_id=str(self.path), no_dist=_replicated(state))
         if self.optimizer is None:
             set_model_state_dict(self.model, state["model"])
         else:
@@ -120,17 +120,26 @@ class Checkpointed:
             continue_steps_from(self.values["step"])
 
     def save(self) -> None:
-        """Save now (every rank: a collective), beside the last checkpoint; once every
-        rank has written its part, the first rank of each host puts the host's new files
-        in the last one's place (a job on several hosts has a job directory on each)."""
+        """Save now (every rank calls it), beside the last checkpoint, then the first rank
+        of each host puts the host's new files in the last one's place (a job on several
+        hosts has a job directory on each). State every rank holds whole (DDP's) is
+        written whole on each host by that host's first rank, so any host can resume
+        alone after the others are lost; sharded state (FSDP's DTensors) is written in
+        parts, each rank its own (a collective)."""
         import torch.distributed.checkpoint as dcp
 
         new = self.path.with_name(STATE + ".new")
+        first_on_host = int(os.environ.get("LOCAL_RANK", "0")) == 0
         with not_a_step():
-            dcp.save(self._state_dict(), checkpoint_id=str(new))
+            state = self._state_dict()
+            if not _replicated(state):
+                dcp.save(state, checkpoint_id=str(new))
+            elif first_on_host:
+                shutil.rmtree(new, ignore_errors=True)  # a save that was cut off
+                dcp.save(state, checkpoint_id=str(new), no_dist=True)
             if dist.is_initialized() and dist.get_world_size() > 1:
-                dist.barrier()  # every part written, rank 0's metadata too
-        if int(os.environ.get("LOCAL_RANK", "0")) == 0 and new.exists():
+                dist.barrier()  # every part written, the metadata too
+        if first_on_host and new.exists():
             old = self.path.with_name(STATE + ".old")
             if self.path.exists():
                 self.path.rename(old)
@@ -161,6 +170,18 @@ class Checkpointed:
         if seconds:
             return time.monotonic() - self._saved_at >= every
         return self._calls % every == 0
+
+
+def _replicated(state: Any) -> bool:
+    """Whether ``state`` holds no sharded tensor (every rank has all of it)."""
+    from torch.distributed._shard.sharded_tensor import ShardedTensor
+    from torch.distributed.tensor import DTensor
+
+    if isinstance(state, dict):
+        return all(_replicated(v) for v in state.values())
+    if isinstance(state, list | tuple):
+        return all(_replicated(v) for v in state)
+    return not isinstance(state, DTensor | ShardedTensor)
 
 
 def _every() -> tuple[int, bool]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import queue
+import re
 import signal
 import subprocess
 import sys
@@ -19,6 +20,7 @@ from jupyter_client.manager import KernelManager
 from jupyter_distrain.client import standby
 from jupyter_distrain.client.job import Job
 from jupyter_distrain.contract.process import ProcessId
+from jupyter_distrain.contract.spec import JobSpec
 from jupyter_distrain.contract.stacks import StacksReport
 from jupyter_distrain.contract.store import JobDir, list_job_dirs
 
@@ -245,6 +247,67 @@ def wait_until_up(job: Job, ranks: int, timeout: float = 120) -> None:
 
 # the same in a torch DDP program: rank 1 loads a batch (line 5), the others wait for it
 # in all_reduce (line 8)
+def checkpointed_ddp(steps: int, each_step: str, end: str) -> str:
+    """A DDP program of ``jupyter_distrain.torch.checkpointed`` state (saved when the
+    supervisor asks, and every ``--checkpoint-every``) that trains to step ``steps``, runs
+    ``each_step`` after each step's save, then ``end``."""
+    indented = "".join(f"    {line}\n" for line in each_step.splitlines())
+    return (
+        "import os, pathlib, time\n"
+        "import torch, torch.distributed as dist\n"
+        "import jupyter_distrain.torch as jdt\n"
+        "jdt.setup()\n"
+        "model = torch.nn.parallel.DistributedDataParallel(torch.nn.Linear(4, 1))\n"
+        "optimizer = torch.optim.SGD(model.parameters(), lr=0.01)\n"
+        "state = jdt.checkpointed(model=model, optimizer=optimizer, step=0)\n"
+        f"while state.step < {steps}:\n"
+        "    optimizer.zero_grad()\n"
+        "    model(torch.ones(8, 4)).sum().backward()\n"
+        "    optimizer.step()\n"
+        "    state.step += 1\n"
+        "    state.save_if_asked()\n"
+        f"{indented}{end}\n"
+    )
+
+
+# Slow enough to lose a host mid-run; says its world size at the end: the ssh and Slurm
+# tests of a lost host left out under --min-workers
+SHRINKING_PROGRAM = checkpointed_ddp(
+    150,
+    'print("step", state.step, flush=True)\ntime.sleep(0.05)',
+    'print("ended at step", state.step, "of", dist.get_world_size(), "ranks", flush=True)',
+)
+
+
+def shrinking_spec(**launcher: object) -> JobSpec:
+    """SHRINKING_PROGRAM on 2 workers of ``launcher`` that may go on without a lost host:
+    ``--max-restarts 1 --min-workers 1 --checkpoint-every 5 --grace 1``."""
+    return JobSpec(
+        code=SHRINKING_PROGRAM,
+        workers=2,
+        backend="torch",
+        max_restarts=1,
+        min_workers=1,
+        checkpoint_every="5",
+        grace=1,
+        **launcher,
+    )
+
+
+def check_went_on_without(job: Job, lost: str) -> None:
+    """A SHRINKING_PROGRAM job of 2 workers with ``--max-restarts 1 --min-workers 1`` whose
+    host ``lost`` went down: it restarted once without that host, at 1 worker, resumed
+    from a checkpoint of step 20 or later and ran to its end."""
+    status = job.status()
+    assert (status.restarts, status.workers, job.dir.read_spec().left_out) == (1, 1, [lost])
+    (said,) = [w for w in status.warnings if w.startswith("restart ")]
+    assert f"host {lost} was lost: going on without it at 1 worker" in said, said
+    log0 = job.logs(ProcessId("worker", 0))
+    resumed = re.search(r"resumed from the checkpoint of step (\d+)", log0)
+    assert resumed and int(resumed.group(1)) >= 20, log0
+    assert log0.rstrip().endswith("ended at step 150 of 1 ranks"), log0
+
+
 TORCH_STACKS_PROGRAM = (
     "import time, torch, torch.distributed as dist\n"
     "dist.init_process_group('gloo')\n"

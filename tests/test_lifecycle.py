@@ -49,6 +49,8 @@ def test_syntax_error_is_reported_with_the_cell_line_and_launches_nothing(kernel
         ("--env NOEQUALS", "--env"),
         ("--backend nosuch", "--backend"),
         ("--push undefined_thing", "--push"),
+        ("--workers 2 --min-workers 3 --max-restarts 1", "--min-workers must be"),
+        ("--workers 2 --min-workers 1", "--min-workers needs --max-restarts"),
     ],
 )
 def test_bad_flags_give_one_line_and_launch_nothing(kernel, jobs_root, flags, expected):

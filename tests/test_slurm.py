@@ -22,7 +22,9 @@ import pytest
 from conftest import (
     TORCH_STACKS_PROGRAM,
     check_torch_stacks,
+    check_went_on_without,
     restart_after_killing_rank_1,
+    shrinking_spec,
     wait_for,
 )
 from netprobe import flooding
@@ -358,6 +360,30 @@ def test_a_lost_node_fails_the_job_naming_it_and_leaves_nothing(cluster, jobs_ro
     finally:
         if lost.process is None:
             cluster.restart(lost)
+    nothing_left(cluster, 60, dirs=False)
+    for directory in node_dirs(job.id):  # the lost node's task could not remove its own
+        shutil.rmtree(directory)
+
+
+def test_a_lost_node_is_left_out_under_min_workers_and_the_job_goes_on_with_the_other(
+    cluster, jobs_root
+):
+    """jdsn2 lost (slurmd, its step daemon and the rank killed at once) under
+    ``--max-restarts 1 --min-workers 1``: the next generation asks Slurm for one node,
+    excluding jdsn2 (Slurm still counts it up for 300 s), resumes on jdsn1 from the last
+    periodic checkpoint brought back from there, and succeeds."""
+    job = api.submit(shrinking_spec(**cluster.options(slurm_nodes=2)))
+    lost = cluster.node("jdsn2")
+    try:
+        wait_for(lambda: "step 20" in log_of(job, 1) or job.done, 90, what="step 20")
+        assert not job.done, job.status().error
+        lost.lose()
+        assert job.wait(180) == "succeeded", job.status().error
+        assert {p.address for p in job.status().processes} == {NODES["jdsn1"]}
+    finally:
+        if lost.process is None:
+            cluster.restart(lost)
+    check_went_on_without(job, "jdsn2")
     nothing_left(cluster, 60, dirs=False)
     for directory in node_dirs(job.id):  # the lost node's task could not remove its own
         shutil.rmtree(directory)

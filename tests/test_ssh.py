@@ -21,13 +21,15 @@ import pytest
 from conftest import (
     TORCH_STACKS_PROGRAM,
     check_torch_stacks,
+    check_went_on_without,
     fault_row,
     restart_after_killing_rank_1,
+    shrinking_spec,
     wait_for,
 )
 from jobscan import left_after
 from jobscan import processes_naming as job_processes
-from multihost import SSH_PORT, SshCluster, namespace_pids, ssh_cluster
+from multihost import SSH_PORT, SshCluster, kill_inside, namespace_pids, ssh_cluster
 from netprobe import listening_sockets
 from test_jax import ALLGATHER, GATHERED
 from test_metrics_widget import KERAS_FIT
@@ -671,6 +673,29 @@ def test_a_restart_resumes_from_the_periodic_checkpoint_across_two_hosts(cluster
     log0 = job.logs(ProcessId("worker", 0))
     assert "jupyter_distrain: resumed from the checkpoint of step 20" in log0, log0
     assert log0.rstrip().endswith("ended at step 30"), log0
+    assert wait_until_gone(job.id, 30) == []
+
+
+def test_a_lost_host_is_left_out_under_min_workers_and_the_job_goes_on_with_the_other(
+    cluster, jobs_root
+):
+    """Every process of the second host killed at once (sshd, agent, rank: the machine
+    went down) under ``--max-restarts 1 --min-workers 1``: the job restarts on the first
+    host alone, from the last periodic checkpoint, and succeeds; nothing is left."""
+    job = api.submit(shrinking_spec(**cluster.options()))
+    host = cluster.hosts[1]
+    log1 = job.dir.log_file(ProcessId("worker", 1))
+    try:
+        wait_for(
+            lambda: log1.exists() and "step 20" in log1.read_text() or job.done, 90, what="step 20"
+        )
+        assert not job.done, job.status().error
+        kill_inside(host.name)
+        assert job.wait(180) == "succeeded", job.status().error
+    finally:
+        host.kill_sshd()
+        host.start_sshd()
+    check_went_on_without(job, host.address)
     assert wait_until_gone(job.id, 30) == []
 
 

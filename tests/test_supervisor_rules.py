@@ -50,7 +50,12 @@ class FakeProcess(LaunchedProcess):
         self.gpu: GpuUsage | None = None
         self.ignores_term = ignores_term
         self.code: int | None = None
+        self.lost = False  # ended with its host out of reach
+        self.host = proc.slot.host if proc and proc.slot else "localhost"
         self._ended = threading.Event()
+
+    def host_lost(self) -> bool:
+        return self.lost
 
     def exit(self, code: int) -> None:
         if self.code is None:
@@ -475,6 +480,59 @@ def test_a_failure_restarts_the_job_at_the_same_size_until_the_restarts_run_out(
         "failed",
         "rank 1 failed first (exit code 3)",
         2,
+    )
+
+
+def test_a_lost_host_is_left_out_under_min_workers_while_enough_workers_remain(
+    harness, monkeypatch
+):
+    def place(launcher: FakeLauncher, n: int) -> list[Slot]:
+        hosts = [h for h in ("h0", "h1", "h2") if h not in launcher.spec.left_out]
+        return [Slot(host, "10.0.0.1", i, 0) for i, host in enumerate(hosts[:n])]
+
+    monkeypatch.setattr(FakeLauncher, "place", place)
+    h = harness(workers=3, max_restarts=3, min_workers=2)
+    h.up()
+    h.procs[W1].lost = True
+    h.exit(W1, 255)
+    status = h.state
+    assert (status.state, status.workers, status.restarts) == ("launching", 2, 1)
+    assert status.warnings[-1] == (
+        "restart 1 of 3 after rank 1 failed first (exit code 255); host h1 was lost: "
+        "going on without it at 2 workers; its log keeps the traceback"
+    )
+    assert h.job.read_spec().left_out == ["h1"]
+    assert [p.host for p in status.processes] == ["h0", "h2"]
+    h.start_all()
+    h.up()
+    h.ask(ev.ScaleRequested(3))  # the user scales back up: every host is asked again
+    for pid in (W0, W1):
+        h.exit(pid, CHECKPOINT_EXIT)
+    status = h.state
+    assert (status.state, status.workers, h.job.read_spec().left_out) == ("launching", 3, [])
+    assert [p.host for p in status.processes] == ["h0", "h1", "h2"]
+    h.start_all()
+    h.up()
+    h.procs[W0].lost, h.procs[W2].lost = True, True  # two hosts: one worker would be left
+    h.exit(W0, 255)
+    status = h.state
+    assert (status.state, status.error) == (
+        "failed",
+        "rank 0 failed first (exit code 255); hosts h0, h2 were lost and 1 worker would be "
+        "left, fewer than --min-workers 2",
+    )
+
+
+def test_without_min_workers_a_lost_host_restarts_the_job_at_its_size(harness):
+    h = harness(max_restarts=1)
+    h.up()
+    h.procs[W1].lost = True
+    h.exit(W1, 255)
+    status = h.state
+    assert (status.state, status.workers, h.job.read_spec().left_out) == ("launching", 2, [])
+    assert (
+        "host localhost was lost: restarting at the same size (no --min-workers)"
+        in (status.warnings[-1])
     )
 
 

@@ -17,6 +17,7 @@ import pytest
 from conftest import (
     TORCH_STACKS_PROGRAM,
     check_torch_stacks,
+    checkpointed_ddp,
     failed_seconds_after_exit,
     fault_row,
     refusals_without,
@@ -327,26 +328,14 @@ def test_scale_2_to_3_resumes_at_the_same_global_step_from_the_checkpoint(jobs_r
     assert left_after(lambda: processes_of(job.dir.path), 10) == []
 
 
-RESTARTING = """\
-import os, pathlib
-import torch, torch.distributed as dist
-import jupyter_distrain.torch as jdt
-jdt.setup()
-model = torch.nn.parallel.DistributedDataParallel(torch.nn.Linear(4, 1))
-optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
-state = jdt.checkpointed(model=model, optimizer=optimizer, step=0)
-crashed = pathlib.Path(os.environ["JUPYTER_DISTRAIN_JOB_DIR"], "checkpoints", "crashed-once")
-while state.step < 30:
-    optimizer.zero_grad()
-    model(torch.ones(8, 4)).sum().backward()
-    optimizer.step()
-    state.step += 1
-    state.save_if_asked()
-    if state.step == 23 and dist.get_rank() == 1 and not crashed.exists():
-        crashed.write_text("once")
-        raise RuntimeError("rank 1 lost at step 23")
-print("ended at step", state.step, flush=True)
-"""
+RESTARTING = checkpointed_ddp(
+    30,
+    'crashed = pathlib.Path(os.environ["JUPYTER_DISTRAIN_JOB_DIR"], "checkpoints", "crashed-once")\n'
+    "if state.step == 23 and dist.get_rank() == 1 and not crashed.exists():\n"
+    '    crashed.write_text("once")\n'
+    '    raise RuntimeError("rank 1 lost at step 23")',
+    'print("ended at step", state.step, flush=True)',
+)
 
 
 def test_a_restart_resumes_from_the_last_periodic_checkpoint(jobs_root):

@@ -198,6 +198,15 @@ def flag_table() -> tuple[Flag, ...]:
             metavar="N",
         ),
         Flag(
+            "--min-workers",
+            "int",
+            0,
+            "with --max-restarts: when a host or node is lost, restart without it while at "
+            "least M workers remain (0: restart at the same size)",
+            "min_workers",
+            metavar="M",
+        ),
+        Flag(
             "--checkpoint-every",
             "str",
             "",

@@ -82,6 +82,11 @@ class LaunchedProcess(ABC):
         where the launcher cannot tell."""
         return False
 
+    def host_lost(self) -> bool:
+        """Whether it ended with its host (or node) out of reach: no exit code came back
+        (asked once it has ended); False where the launcher cannot tell."""
+        return False
+
     @property
     def alive(self) -> bool:
         return self.poll() is None

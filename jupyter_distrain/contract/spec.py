@@ -54,6 +54,8 @@ class _JobFields:
     stall_timeout: float = 60.0  # seconds without a step on any rank before a warning; 0: off
     max_restarts: int = 0  # restarts from the last checkpoint after a failure (as torchrun's)
     checkpoint_every: str = ""  # "50" (steps) or "30s": periodic checkpoints ("" none)
+    min_workers: int = 0  # a lost host is left out while this many workers remain (0: never)
+    left_out: list[str] = field(default_factory=list)  # lost hosts (nodes) the job goes without
     keras: str = "auto"  # auto, legacy (tf-keras) or native; resolved by submit
     gpus: int = 0  # GPUs per worker (and chief); ps get none
     gpu_ids: list[str] = field(default_factory=list)  # the devices to use (default: all)
@@ -127,6 +129,15 @@ class JobSpec(_JobFields):
         restarts = self.max_restarts
         if not isinstance(restarts, int) or isinstance(restarts, bool) or not 0 <= restarts <= 100:
             raise SpecError(f"--max-restarts must be a whole number 0-100, got {restarts!r}")
+        least = self.min_workers
+        if not isinstance(least, int) or isinstance(least, bool) or not 0 <= least <= self.workers:
+            raise SpecError(
+                f"--min-workers must be a whole number 1-{self.workers} (--workers), got {least!r}"
+            )
+        if least and not restarts:
+            raise SpecError(
+                "--min-workers needs --max-restarts N: a lost host is left out by a restart"
+            )
         if not _NAME_RE.fullmatch(self.name):
             raise SpecError(
                 f"--name must be 1-40 letters, digits, '_', '.' or '-', got {self.name!r}"

@@ -129,6 +129,13 @@ class Generation:
         for record in [*self.table.rows(), *self.table.helper_rows()]:
             record_exit(record, -signal.SIGKILL)  # no exit code: it went with the rest
 
+    def lost_hosts(self) -> dict[str, int]:
+        """The hosts (nodes) its processes ended with, out of reach (asked once stopped),
+        and how many of its processes each held."""
+        handles = [e.handle for e in self.table.launched() if e.handle]
+        held = Counter(h.host for h in handles)
+        return {host: held[host] for host in sorted({h.host for h in handles if h.host_lost()})}
+
     def stop_members(self, ids: list[ProcessId], grace: float) -> None:
         """Stop these members only (those we launched; hosted ones go with their helper)."""
         for pid in ids:

@@ -147,6 +147,8 @@ class Scaling:
         workers = self.target
         log.info("restarting with %d workers", workers)
         self.done()
+        if workers > sup.spec.workers:  # the user asks for more: every host again
+            sup.spec.left_out = []
         next_generation(sup, workers)
 
     def checkpointed(self, code: int) -> bool:

@@ -243,3 +243,7 @@ class AgentProcess(LaunchedProcess):
 
     def oom_killed(self) -> bool:
         return self.agent.oom
+
+    def host_lost(self) -> bool:
+        # the agent reports the exit of a process it ends, even one it is told to kill
+        return self.agent.exit_code is None

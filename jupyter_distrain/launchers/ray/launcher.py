@@ -224,6 +224,7 @@ class RayProcess(LaunchedProcess):
         self.rss = 0
         self._started = started
         self._code: int | None = None
+        self._lost = False  # the actor went away before the process's exit code came
         self._done = threading.Event()
         threading.Thread(target=self._pump, name=f"ray-log-{host}", daemon=True).start()
 
@@ -256,6 +257,7 @@ class RayProcess(LaunchedProcess):
                     out.write(f"\njupyter_distrain: lost the Ray actor on {self.host}: ".encode())
                     out.write(f"{type(exc).__name__}\n".encode())
                     self._code = EXIT_LOST
+                    self._lost = True
                     break
                 out.write(report["data"])
                 offset += len(report["data"])
@@ -275,6 +277,9 @@ class RayProcess(LaunchedProcess):
 
     def signal(self, sig: int, tree: bool = False) -> None:
         self.actor.signal.remote(int(sig), tree)
+
+    def host_lost(self) -> bool:
+        return self._lost
 
     def memory_bytes(self) -> int:
         return self.rss

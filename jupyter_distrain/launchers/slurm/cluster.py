@@ -69,7 +69,8 @@ def slurm(*argv: str, timeout: float = COMMAND_SECONDS) -> str:
 def request_options(spec: JobSpec, options: dict[str, Any], tasks: int) -> list[str]:
     """What the job asks Slurm for: ``tasks`` tasks (one per slot), each with ``--cpu``
     CPUs, ``--memory`` GiB and ``--gpus`` GPUs, on the launcher's partition, time, account,
-    QOS and nodes, then the pass-through ``sbatch`` options."""
+    QOS and nodes, not on the nodes a restart left out, then the pass-through ``sbatch``
+    options."""
     wanted = [f"--ntasks={tasks}"]
     cpus = math.ceil(spec.cpu) if spec.cpu else 1
     if spec.cpu:
@@ -83,10 +84,13 @@ def request_options(spec: JobSpec, options: dict[str, Any], tasks: int) -> list[
         ("slurm_time", "--time"),
         ("slurm_account", "--account"),
         ("slurm_qos", "--qos"),
-        ("slurm_nodes", "--nodes"),
     ):
         if options[key]:
             wanted.append(f"{flag}={options[key]}")
+    if options["slurm_nodes"]:  # less the lost nodes a restart goes without
+        wanted.append(f"--nodes={max(1, options['slurm_nodes'] - len(spec.left_out))}")
+    if spec.left_out:
+        wanted.append(f"--exclude={','.join(spec.left_out)}")
     return wanted + shlex.split(options["slurm_options"])
 
 

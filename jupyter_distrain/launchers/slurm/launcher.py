@@ -289,6 +289,8 @@ class SlurmLauncher(Launcher):
             argv.append(f"--gpus-per-task={self.spec.gpus}")
         if not self.allocation.owned:
             argv.append("--overlap")  # beside the notebook's own step in its allocation
+            if self.spec.left_out:  # lost nodes of it a restart goes without
+                argv.append(f"--exclude={','.join(self.spec.left_out)}")
         exported = [name for name in STEP_EXPORTED if name in os.environ]
         argv.append("--export=" + (",".join(exported) or "NONE"))
         task = [python, "-m", "jupyter_distrain.launchers.slurm.task"]

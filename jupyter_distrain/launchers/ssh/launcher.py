@@ -119,7 +119,9 @@ class SshLauncher(Launcher):
             self.options = dataclasses.replace(
                 given, control_path=f"{self._control_dir}/%C" if self._control_dir else ""
             )
-        self.hosts = [RemoteHost(**h) for h in self.spec.placement]
+        self.hosts = [
+            RemoteHost(**h) for h in self.spec.placement if h["name"] not in self.spec.left_out
+        ]
         self._files = Carrier(self.job, self.options, self._host)
         self._lanes = Lanes(self.options, self.spec.timeout)  # the connections to each host
         self._processes: list[SshProcess] = []  # every session: processes and guards
