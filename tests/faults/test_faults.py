@@ -32,13 +32,16 @@ from jupyter_distrain.contract.process import ProcessId
 
 W0, W1 = ProcessId("worker", 0), ProcessId("worker", 1)
 
-# Prints numbered lines until stopped; one grandchild that leaves the session.
+# Prints numbered lines until stopped; one grandchild that leaves the session. Each line
+# is one write: print("line", i) writes its pieces one by one to the unbuffered stdout,
+# and a rank stopped between them left a half line ("line") that no fix could complete
 LOOP = """\
 import os, subprocess, sys, time
 child = subprocess.Popen([sys.executable, "-c", "import os, time; os.setsid(); time.sleep(300)"])
 print("grandchild", child.pid, flush=True)
 for i in range(10**6):
-    print("line", i, flush=True)
+    sys.stdout.write(f"line {i}\\n")
+    sys.stdout.flush()
     time.sleep(0.01)
 """
 
@@ -323,9 +326,8 @@ def test_a_full_disk_stops_the_job_and_says_so(tmp_path, monkeypatch, report):
     )
     try:
         monkeypatch.setenv("JUPYTER_DISTRAIN_ROOT", str(mount))
-        chatty = LOOP.replace(
-            'print("line", i, flush=True)', 'print("line", i, "x" * 2000, flush=True)'
-        )
+        chatty = LOOP.replace('f"line {i}\\n"', 'f"line {i} {2000 * chr(120)}\\n"')
+        assert chatty != LOOP
         job = submit(JobSpec(code=chatty, workers=2, backend="tf", grace=1))
         wait_for(lambda: job.status().done, 60, what="the job to end on a full disk")
         status = job.status()
