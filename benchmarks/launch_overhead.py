@@ -14,7 +14,9 @@ started straight after ``warm`` ended, as "Run All" or a quick re-run does: no w
 the pool); ``refill at end`` (warm, with the pool refilled when the job ends rather
 than one run ahead at claim time, ``JUPYTER_DISTRAIN_POOL_AHEAD=0``: what the refill
 beside a job costs it); ``no standby`` (warm, with the kernel's supervisor on standby
-ended first: the supervisor starts cold, what the standby saves). Every cell is
+ended first: the supervisor starts cold, what the standby saves); with ``--framework
+jax`` also ``no compile cache`` (warm, JAX's persistent compilation cache switched off:
+what ``worker/compile_cache.py`` saves a re-run). Every cell is
 followed to its end, as a notebook's is. The order of the units rotates each round so
 each comes first
 equally often. Rank 0 prints the wall-clock time of its first finished training step
@@ -339,7 +341,8 @@ def mean_with_interval(values: list[float]) -> tuple[float, float, float]:
 
 AT_END = "refill at end"  # warm, the pool refilled when the job ends (not one run ahead)
 NO_STANDBY = "no standby"  # warm, the supervisor started cold (the kernel's standby ended)
-POOLED = ("warm", AT_END, NO_STANDBY)  # columns that start from a ready pool
+NO_CACHE = "no compile cache"  # warm, JAX's compilation cache off (what it saves)
+POOLED = ("warm", AT_END, NO_STANDBY, NO_CACHE)  # columns that start from a ready pool
 
 
 def print_pool_memory() -> None:
@@ -370,6 +373,8 @@ def run_column(
         return run_distributed(shell, code, f"--no-pool {flags}")
     if name == AT_END:
         return run_distributed(shell, code, f"--env JUPYTER_DISTRAIN_POOL_AHEAD=0 {flags}")
+    if name == NO_CACHE:
+        return run_distributed(shell, code, f"--env JAX_ENABLE_COMPILATION_CACHE=false {flags}")
     if name == NO_STANDBY:
         from jupyter_distrain.client import standby
 
@@ -424,11 +429,15 @@ def main() -> int:
         # rotated as units: "back to back" runs straight after "warm", as a re-run does
         units = [[by_hand], ["distributed"], ["warm", "back to back"], [AT_END], [NO_STANDBY]]
         units += floor
+        units += [[NO_CACHE]] if args.framework == "jax" else []
         columns = [name for unit in units for name in unit]
         results: dict[str, list[tuple[float, float]]] = {name: [] for name in columns}
         flags = "--env JUPYTER_DISTRAIN_INSTRUMENT=0" if args.no_instrument else ""
         run_distributed(shell, code, flags)  # primes the pool
         wait_for_pool()
+        if NO_CACHE in columns:  # its --env is imported: a pool of its own
+            run_column(NO_CACHE, shell, code, script, flags, args.framework)
+            wait_for_pool()
         skipped = 0
         for i in range(args.rounds):
             turn = i % len(units)
@@ -462,6 +471,8 @@ def main() -> int:
     pairings = [(name, by_hand) for name in ("distributed", *POOLED, "back to back")]
     pairings += [("warm", "distributed"), ("back to back", "distributed"), ("warm", AT_END)]
     pairings += [("warm", NO_STANDBY)]
+    if NO_CACHE in results:
+        pairings += [("warm", NO_CACHE)]
     if "floor" in results:
         pairings += [("floor", by_hand), ("distributed", "floor")]
     for name, other in pairings:

@@ -17,6 +17,7 @@ from netprobe import listening_sockets, other_host_namespace, port_open
 from test_pool import _ready_pool, pool_on  # noqa: F401  (pool_on: a fixture)
 
 from jupyter_distrain import JobSpec, SpecError, submit
+from jupyter_distrain.client.widget.model import JobModel
 from jupyter_distrain.contract.process import ProcessId
 from jupyter_distrain.contract.store import list_job_dirs
 
@@ -101,6 +102,39 @@ def test_a_keras_3_data_parallel_cell_ends_with_identical_weights_and_its_steps_
         assert {r["images"] for r in steps} == {32}
         assert steps[-1]["loss"] < steps[0]["loss"]
         assert steps[-1]["total_steps"] == 4 * STEPS_PER_EPOCH
+
+
+def test_a_rerun_reuses_the_compiled_programs_and_ends_with_the_same_weights(jobs_root, tmp_path):
+    """The persistent compilation cache (``worker/compile_cache.py``) in the user's cache
+    directory: the first run compiles and rank 0 writes, the second run's ranks reuse what
+    it compiled (the widget says how much) and train to the same weights."""
+    cache = tmp_path / "cache"
+    code = "EPOCHS = 1\n" + KERAS_DATA_PARALLEL
+    runs = []
+    for _ in range(2):
+        job = submit(JobSpec(code=code, workers=2, env={"XDG_CACHE_HOME": str(cache)}))
+        assert job.wait(240) == "succeeded", job.status().error
+        said = [TRAINED.search(job.logs(ProcessId("worker", i))) for i in (0, 1)]
+        assert all(said), job.logs()
+        model = JobModel(job)
+        model.update()
+        runs.append(({m.group(3) for m in said}, dict(model.compiled), model))
+    (first_weights, first, _), (second_weights, second, model) = runs
+    assert len(first_weights) == 1 and first_weights == second_weights
+    worker_0, worker_1 = ProcessId("worker", 0), ProcessId("worker", 1)
+    reused, compiled = first[worker_0]
+    assert compiled > 0 and reused == 0, first
+    for process in (worker_0, worker_1):
+        reused, compiled = second[process]
+        assert compiled > 0 and reused > compiled // 2, second
+    assert (
+        model.compile_cache_text()
+        == f"{second[worker_0][0]} of {second[worker_0][1]} compiled programs reused"
+    )
+    (kept,) = (cache / "jupyter_distrain" / "xla").iterdir()  # this environment's JAX
+    assert len(list(kept.iterdir())) >= first[worker_0][1] // 2
+    for directory in (cache / "jupyter_distrain", kept.parent, kept):
+        assert directory.stat().st_mode & 0o777 == 0o700
 
 
 CRASHING = """\

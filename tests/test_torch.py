@@ -362,6 +362,35 @@ def test_a_restart_resumes_from_the_last_periodic_checkpoint(jobs_root):
     assert left_after(lambda: processes_of(job.dir.path), 10) == []
 
 
+COMPILED = """\
+import torch
+from torch._dynamo.utils import counters
+model = torch.compile(torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU()))
+model(torch.ones(4, 8)).sum().backward()
+inductor = counters["inductor"]
+print("graphs reused", inductor["fxgraph_cache_hit"], "compiled", inductor["fxgraph_cache_miss"])
+"""
+
+
+def test_torch_compile_in_a_rerun_reuses_the_graphs_the_last_run_compiled(jobs_root, tmp_path):
+    """Inductor's caches are in the user's cache directory, not in the job's temporary
+    directory, which goes with the job (``worker/compile_cache.py``): before, every run
+    compiled everything again."""
+    cache = tmp_path / "cache"
+    said = []
+    for _ in range(2):
+        job = submit(JobSpec(code=COMPILED, workers=1, env={"XDG_CACHE_HOME": str(cache)}))
+        assert job.wait(300) == "succeeded", job.status().error
+        counts = re.search(r"graphs reused (\d+) compiled (\d+)", job.logs(ProcessId("worker", 0)))
+        assert counts, job.logs()
+        said.append((int(counts[1]), int(counts[2])))
+    (first_reused, first_compiled), (reused, compiled) = said
+    assert first_reused == 0 and first_compiled > 0, said
+    assert (reused, compiled) == (first_compiled, 0), said
+    (kept,) = (cache / "jupyter_distrain" / "torchinductor").iterdir()
+    assert kept.stat().st_mode & 0o777 == 0o700 and any(kept.iterdir())
+
+
 def test_bench_runs_torch_on_the_same_resnet_and_says_its_framework(jobs_root):
     from jupyter_distrain.client import bench
 

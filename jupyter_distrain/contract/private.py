@@ -1,5 +1,6 @@
 """Files and directories only this user may touch: the checks on a private directory,
-the per-user runtime directory for sockets, and atomic private writes."""
+the per-user runtime directory for sockets, the per-user cache, and atomic private
+writes."""
 
 from __future__ import annotations
 
@@ -81,6 +82,19 @@ def is_private_dir(path: Path) -> bool:
         return False
     mine = stat.S_ISDIR(info.st_mode) and info.st_uid == os.getuid()
     return mine and stat.S_IMODE(info.st_mode) == 0o700
+
+
+def cache_dir(name: str) -> Path:
+    """This user's cache directory ``name``: ``$XDG_CACHE_HOME/jupyter_distrain/<name>``
+    (``~/.cache`` without it), made 0700. What is kept there is run (compiled programs),
+    so one that another user could write is refused (:class:`UnsafeJobDirectory`)."""
+    base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "jupyter_distrain"
+    base.mkdir(parents=True, exist_ok=True, mode=0o700)
+    check_private(base, "the cache directory")
+    path = base / name
+    path.mkdir(exist_ok=True, mode=0o700)
+    check_private(path, "the cache directory")
+    return path
 
 
 def write_atomic(path: Path, data: str | bytes, mode: int = 0o600) -> None:

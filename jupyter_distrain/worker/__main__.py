@@ -22,7 +22,8 @@ Design decision
   so every stopped (SIGKILLed) worker left two in `/tmp` (found by
   `benchmarks/soak.py`); now they go with the job under the retention rule. The price
   is longer paths for programs that put Unix sockets under `tempfile` (the 108-byte
-  limit): not seen yet, to watch.
+  limit): not seen yet, to watch. What frameworks compile is kept across runs in the
+  user's cache instead (:mod:`.compile_cache`).
 """
 
 from __future__ import annotations
@@ -42,7 +43,16 @@ from ..contract import control, metrics
 from ..contract import process as contract
 from ..contract.process import Env, Mode, ProcessId, WorkerChannels
 from ..contract.store import JobDir
-from . import horovod_hook, instrument, jax_hook, keras_hook, stacks, threads, torch_hook
+from . import (
+    compile_cache,
+    horovod_hook,
+    instrument,
+    jax_hook,
+    keras_hook,
+    stacks,
+    threads,
+    torch_hook,
+)
 
 
 def _redirect_output(path: Path) -> None:
@@ -233,6 +243,7 @@ def main() -> int:
         keras_hook.install()
         torch_hook.install()
     jax_hook.install()
+    compile_cache.install()
     torch_hook.install_store_wait()
     horovod_hook.install(
         elastic=bool(os.environ.get("HOROVOD_ELASTIC")),

@@ -115,6 +115,7 @@ class JobModel:
         self.recent: dict[str, deque[float]] = defaultdict(lambda: deque(maxlen=STRAGGLER_WINDOW))
         self.first_step_time: float | None = None
         self.total_steps: int | None = None
+        self.compiled: dict[ProcessId, tuple[int, int]] = {}  # process: (reused, compiled)
         self.status = JobStatus()
 
     def update(self, status: JobStatus | None = None) -> None:
@@ -133,6 +134,10 @@ class JobModel:
 
     def _add(self, record: dict[str, Any]) -> None:
         process, step = ProcessId.of(record), metric_number(record.get("step"))
+        compiled = metric_number(record.get("compiled_programs"))
+        if compiled is not None and process is not None:
+            reused = metric_number(record.get("reused_programs")) or 0
+            self.compiled[process] = (int(reused), int(compiled))
         if step is None or process is None:
             return
         if self.first_step_time is None:
@@ -171,6 +176,15 @@ class JobModel:
             last = sum(p.images_per_sec or 0.0 for p in self.processes() if p.role == "worker")
             return last, "images/sec at the end"
         return self.aggregate_images_per_sec(), "images/sec"
+
+    def compile_cache_text(self) -> str:
+        """How many of its compiled programs the first process (rank 0 once it has
+        compiled) took from the compilation cache; "" before any compiled
+        (``worker/compile_cache.py``)."""
+        if not self.compiled:
+            return ""
+        reused, compiled = self.compiled[min(self.compiled)]
+        return f"{reused} of {compiled} compiled programs reused"
 
     def stragglers(self) -> dict[str, float]:
         """Running processes whose median step time over their last 20 steps is 1.25x the

@@ -47,8 +47,9 @@ def _coloured(state: Any) -> str:
 
 
 def header_html(model: JobModel) -> str:
-    """The job's id and state, launch progress, images/sec, stragglers, the last warning,
-    the error and the job's notes (e.g. the hosts checked)."""
+    """The job's id and state, launch progress, the first step's time, compiled programs
+    reused, images/sec, stragglers, the last warning, the error and the job's notes (e.g.
+    the hosts checked)."""
     status, job = model.status, model.job
     state = status.state
     colour = STATE_COLOURS.get(state, "#000")
@@ -61,6 +62,9 @@ def header_html(model: JobModel) -> str:
     first_step = model.time_to_first_step()
     if first_step is not None:
         parts.append(f"first step after {first_step:.1f} s")
+    compiled = model.compile_cache_text()
+    if compiled:
+        parts.append(html.escape(compiled))
     rate, what = model.rate()
     parts.append(f"<b>{rate:,.0f}</b> {what}")
     slow = model.stragglers()

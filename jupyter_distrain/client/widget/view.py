@@ -36,6 +36,7 @@ class JobWidget(widgets.VBox):
     stragglers = traitlets.List()
     launch_progress = traitlets.Unicode("")
     time_to_first_step = traitlets.Float(None, allow_none=True)
+    compiled_programs = traitlets.Unicode("")  # "13 of 13 compiled programs reused"
     redraws = traitlets.Int(0)
 
     def __init__(self, job: Job, **kwargs: Any):
@@ -146,6 +147,7 @@ class JobWidget(widgets.VBox):
         self.stragglers = list(m.stragglers())
         self.launch_progress = m.launch_progress()
         self.time_to_first_step = m.time_to_first_step()
+        self.compiled_programs = m.compile_cache_text()
         self._draw()
         self.redraws += 1
         if self.text_fallback is not None:
