@@ -15,8 +15,8 @@ the pool); ``refill at end`` (warm, with the pool refilled when the job ends rat
 than one run ahead at claim time, ``JUPYTER_DISTRAIN_POOL_AHEAD=0``: what the refill
 beside a job costs it); ``no standby`` (warm, with the kernel's supervisor on standby
 ended first: the supervisor starts cold, what the standby saves); with ``--framework
-jax`` also ``no compile cache`` (warm, JAX's persistent compilation cache switched off:
-what ``worker/compile_cache.py`` saves a re-run). Every cell is
+jax`` also ``no compile cache`` (warm, with an empty compilation cache each run, as
+before ``worker/compile_cache.py``: what it saves a re-run). Every cell is
 followed to its end, as a notebook's is. The order of the units rotates each round so
 each comes first
 equally often. Rank 0 prints the wall-clock time of its first finished training step
@@ -42,6 +42,7 @@ import io
 import json
 import os
 import re
+import shutil
 import socket
 import statistics
 import subprocess
@@ -341,7 +342,7 @@ def mean_with_interval(values: list[float]) -> tuple[float, float, float]:
 
 AT_END = "refill at end"  # warm, the pool refilled when the job ends (not one run ahead)
 NO_STANDBY = "no standby"  # warm, the supervisor started cold (the kernel's standby ended)
-NO_CACHE = "no compile cache"  # warm, JAX's compilation cache off (what it saves)
+NO_CACHE = "no compile cache"  # warm, an empty compilation cache (what the cache saves)
 POOLED = ("warm", AT_END, NO_STANDBY, NO_CACHE)  # columns that start from a ready pool
 
 
@@ -373,8 +374,12 @@ def run_column(
         return run_distributed(shell, code, f"--no-pool {flags}")
     if name == AT_END:
         return run_distributed(shell, code, f"--env JUPYTER_DISTRAIN_POOL_AHEAD=0 {flags}")
-    if name == NO_CACHE:
-        return run_distributed(shell, code, f"--env JAX_ENABLE_COMPILATION_CACHE=false {flags}")
+    if name == NO_CACHE:  # an empty cache each run; a JAX_ variable would key a pool of its own
+        empty = tempfile.mkdtemp(prefix="no-compile-cache-")
+        try:
+            return run_distributed(shell, code, f"--env XDG_CACHE_HOME={empty} {flags}")
+        finally:
+            shutil.rmtree(empty, ignore_errors=True)
     if name == NO_STANDBY:
         from jupyter_distrain.client import standby
 
@@ -435,9 +440,6 @@ def main() -> int:
         flags = "--env JUPYTER_DISTRAIN_INSTRUMENT=0" if args.no_instrument else ""
         run_distributed(shell, code, flags)  # primes the pool
         wait_for_pool()
-        if NO_CACHE in columns:  # its --env is imported: a pool of its own
-            run_column(NO_CACHE, shell, code, script, flags, args.framework)
-            wait_for_pool()
         skipped = 0
         for i in range(args.rounds):
             turn = i % len(units)
