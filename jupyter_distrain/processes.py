@@ -39,6 +39,9 @@ import shutil
 import signal
 import subprocess
 import sys
+import threading
+import time
+from collections import defaultdict
 
 import psutil
 
@@ -134,17 +137,53 @@ def tree_of(process: psutil.Process) -> list[psutil.Process]:
         return []
 
 
+# how old the parent map tree_rss reads may be: one scan of the process table serves a
+# whole sampling tick of a job's processes
+PARENT_MAP_SECONDS = 0.5
+
+
+class _ParentMap:
+    """Every process's children, from one scan of the process table, kept for
+    :data:`PARENT_MAP_SECONDS`. psutil's ``children()`` scans the whole table on every
+    call: sampling each of a job's N processes that way cost N scans of N+ processes a
+    tick (74% of a 128-rank job's supervisor CPU, measured by py-spy)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._read_at = -PARENT_MAP_SECONDS
+        self._children: dict[int, list[psutil.Process]] = {}
+
+    def children(self, pid: int) -> list[psutil.Process]:
+        """``pid``'s children as of the last scan (made now if it is too old)."""
+        with self._lock:
+            if time.monotonic() - self._read_at >= PARENT_MAP_SECONDS:
+                children: dict[int, list[psutil.Process]] = defaultdict(list)
+                for proc in psutil.process_iter(["ppid"]):
+                    children[proc.info["ppid"]].append(proc)
+                self._children, self._read_at = children, time.monotonic()
+            return self._children.get(pid, [])
+
+
+_parents = _ParentMap()
+
+
 def tree_rss(process: psutil.Process | int) -> int:
-    """The resident memory of a process and its descendants together; 0 once it is gone."""
+    """The resident memory of a process and its descendants together (the descendants as
+    of a scan at most :data:`PARENT_MAP_SECONDS` old); 0 once it is gone."""
     if isinstance(process, int):
         try:
             process = psutil.Process(process)
         except psutil.NoSuchProcess:
             return 0
-    total = 0
-    for member in tree_of(process):
+    total, members, seen = 0, [process], set()
+    while members:
+        member = members.pop()
+        if member.pid in seen:
+            continue
+        seen.add(member.pid)
         with contextlib.suppress(psutil.NoSuchProcess, psutil.AccessDenied):
             total += member.memory_info().rss
+            members.extend(_parents.children(member.pid))
     return total
 
 

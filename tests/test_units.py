@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
+import time
 
 import pytest
 from IPython.core.error import UsageError
@@ -256,3 +258,43 @@ def test_a_process_s_stacks_fit_a_control_request_keeping_its_main_thread():
     assert len(json.dumps(fitted.to_dict())) <= 60_000
     main = fitted.main_thread()
     assert main is not None and main.frames[-1] == frames[-1]
+
+
+TREE = """\
+import subprocess, sys, time
+children = [subprocess.Popen([sys.executable, "-c", "b = bytearray(40 << 20); import time; time.sleep(60)"]) for _ in range(2)]
+print("up", flush=True)
+time.sleep(60)
+"""
+
+
+def test_sampling_the_memory_of_many_trees_scans_the_process_table_once(monkeypatch):
+    """tree_rss counts every descendant (two children holding 40 MiB each) and the trees
+    of a whole sampling tick share one scan of the process table: psutil's children()
+    scanned it for every process sampled (quadratic in a job's ranks)."""
+    import psutil
+
+    from jupyter_distrain import processes
+
+    parents = [
+        subprocess.Popen(
+            [sys.executable, "-c", TREE], stdout=subprocess.PIPE, text=True, start_new_session=True
+        )
+        for _ in range(3)
+    ]
+    try:
+        for parent in parents:
+            assert parent.stdout.readline() == "up\n"
+        time.sleep(processes.PARENT_MAP_SECONDS)  # a scan made before the children is old
+        scans = []
+        real_iter = psutil.process_iter
+        monkeypatch.setattr(
+            psutil, "process_iter", lambda *a, **k: scans.append(1) or real_iter(*a, **k)
+        )
+        sizes = [processes.tree_rss(parent.pid) for parent in parents]
+        assert len(scans) == 1
+        assert all(size > 80 << 20 for size in sizes), sizes
+    finally:
+        for parent in parents:
+            processes.signal_tree(psutil.Process(parent.pid), signal.SIGKILL)
+            parent.wait()

@@ -97,6 +97,9 @@ class Env:
     # "1": let AutoGraph convert Horovod's own functions, as TensorFlow does by default
     # (user setting; a worker skips them otherwise: see worker/horovod_hook.py)
     HOROVOD_AUTOGRAPH = "JUPYTER_DISTRAIN_HOROVOD_AUTOGRAPH"
+    # how many processes one local job may have, in place of 4 per core (user setting:
+    # benchmarks/control_plane.py simulates a large job's control plane with it)
+    LOCAL_PROCESS_LIMIT = "JUPYTER_DISTRAIN_LOCAL_PROCESS_LIMIT"
     # the warm worker pool (user settings)
     POOL = "JUPYTER_DISTRAIN_POOL"  # "0" turns it off
     POOL_SIZE = "JUPYTER_DISTRAIN_POOL_SIZE"  # idle processes per pool, at most

@@ -27,7 +27,7 @@ from typing import Any
 import psutil
 
 from ..contract.launch import LaunchedProcess, ProcessSpec, Slot
-from ..contract.process import ProcessId
+from ..contract.process import Env, ProcessId
 from ..contract.spec import JobSpec, SpecError
 from ..contract.status import JobStatus
 from ..pool import client as pool_client
@@ -86,7 +86,9 @@ class LocalLauncher(Launcher):
     @classmethod
     def check_capacity(cls, spec: JobSpec, processes: int) -> JobSpec:
         cores = len(os.sched_getaffinity(0))
+        given = os.environ.get(Env.LOCAL_PROCESS_LIMIT, "")
         limit = max(MIN_PROCESS_LIMIT, PROCESSES_PER_CORE * cores)
+        limit = int(given) if given.isdigit() else limit
         what = f"--workers {spec.workers}" + (f" --ps {spec.ps}" if spec.ps else "")
         if processes > limit:
             raise SpecError(
