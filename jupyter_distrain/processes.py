@@ -175,6 +175,8 @@ def tree_rss(process: psutil.Process | int) -> int:
             process = psutil.Process(process)
         except psutil.NoSuchProcess:
             return 0
+    if not running(process):  # gone, or its pid is another process's now
+        return 0
     total, members, seen = 0, [process], set()
     while members:
         member = members.pop()
