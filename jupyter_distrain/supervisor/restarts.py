@@ -47,7 +47,8 @@ class Restarts:
             sup.fail(error, tail, **event)
             return
         sup.gen.stop(sup.spec.grace)  # every exit known: which hosts answered no more
-        workers, without = shrunk(sup.spec, sup.gen.lost_hosts())
+        lost = sup.gen.lost_hosts()
+        workers, without = shrunk(sup.spec, lost)
         if workers < max(sup.spec.min_workers, 1):
             sup.fail(f"{error}; {without}", tail, **event)
             return
@@ -56,7 +57,7 @@ class Restarts:
         sup.warn(f"restart {done + 1} of {limit} after {error}{how}; its log keeps the traceback")
         log.info("restarting after a failure: %s%s", error, how)
         if workers != sup.spec.workers:
-            sup.spec.left_out = sorted({*sup.spec.left_out, *sup.gen.lost_hosts()})
+            sup.spec.left_out = sorted({*sup.spec.left_out, *lost})
         next_generation(sup, workers, reason=error, left_out=sup.spec.left_out)
 
 
