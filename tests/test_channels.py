@@ -3,7 +3,9 @@ malformed and flooding messages. Real sockets and a real ZeroMQ collector; no jo
 
 from __future__ import annotations
 
+import errno
 import json
+import select
 import socket
 import threading
 import time
@@ -253,6 +255,62 @@ def test_one_tcp_peer_cannot_take_every_slot(tmp_path):
         assert srv.dropped == 4 and srv.refused == 0
         assert _answered(srv.address)
         for sock in held:
+            sock.close()
+    finally:
+        srv.stop()
+
+
+def test_a_burst_of_connections_is_queued_not_dropped(tmp_path):
+    """100 connections at once (a 128-rank job's hellos arrive so) are all let in by
+    the kernel straight away: at socketserver's listen backlog of 5, the ones past it
+    were dropped and connected only when their SYN was sent again, a second later (a
+    co-tenant's flood got in at 10 connections a second: the Slurm flood test's 32)."""
+    srv = control.ControlServer("s3cret", lambda body: {}, "tcp:127.0.0.1:0").start()
+    socks = [socket.socket() for _ in range(100)]
+    try:
+        address = control.parse_address(srv.address)[1]
+        for sock in socks:
+            sock.setblocking(False)
+            assert sock.connect_ex(address) == errno.EINPROGRESS
+        deadline = time.monotonic() + 0.9  # before the first SYN is sent again
+        waiting = list(socks)
+        while waiting and time.monotonic() < deadline:
+            _, writable, _ = select.select([], waiting, [], 0.05)
+            waiting = [s for s in waiting if s not in writable]
+        assert not waiting, f"{len(waiting)} of 100 connections not let in within 0.9 s"
+        assert all(s.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR) == 0 for s in socks)
+    finally:
+        for sock in socks:
+            sock.close()
+        srv.stop()
+
+
+def test_a_request_already_sent_keeps_its_slot_against_newer_silent_connections(
+    tmp_path, monkeypatch
+):
+    """The job's request has arrived but its thread has not read it yet (a loaded
+    machine) when 8 silent connections from the same address come in: they push out
+    each other, not the request; before, the oldest unsigned went, the request with it
+    ('no reply'), and a flood of 700 connections a second could keep the kernel out."""
+    read_line = control._read_line
+
+    def slow_to_read(sock, pending):
+        time.sleep(3.0)
+        return read_line(sock, pending)
+
+    monkeypatch.setattr(control, "_read_line", slow_to_read)
+    srv = control.ControlServer("s3cret", lambda body: {"echo": body["op"]}, "tcp:127.0.0.1:0")
+    srv.start()
+    try:
+        address = control.parse_address(srv.address)[1]
+        kernel = socket.create_connection(address)
+        kernel.sendall(control.encode("s3cret", {"op": "ping"}))
+        time.sleep(0.2)  # accepted, its bytes waiting
+        silent = _hold(address, ["127.0.0.1"], control.MAX_CONNECTIONS_PER_PEER + 2)
+        wait_for(lambda: srv.dropped >= 3, 5, what="the per-peer cap")
+        kernel.settimeout(5)
+        assert json.loads(kernel.recv(65536)) == {"ok": True, "echo": "ping"}
+        for sock in [kernel, *silent]:
             sock.close()
     finally:
         srv.stop()

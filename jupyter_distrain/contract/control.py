@@ -10,8 +10,9 @@ is refused with one short error and counted. Lines are bounded, reads time out
 and the number of connections served at once is capped; at the cap a new connection
 takes the slot of the oldest one that has not yet sent a signed request (from its own
 address if that one holds ``MAX_CONNECTIONS_PER_PEER``, else from the address holding
-most), so peers without the secret, from however many addresses, cannot keep the
-job's own processes out. The reply is one JSON line.
+most; one that has sent nothing before one whose request waits to be read), so peers
+without the secret, from however many addresses, cannot keep the job's own processes
+out. The reply is one JSON line.
 
 Where the channel is, and its secret, are in the job directory's control file
 (:class:`ControlInfo`); the requests themselves are built in :mod:`.process`.
@@ -45,6 +46,7 @@ import math
 import os
 import re
 import secrets
+import select
 import socket
 import socketserver
 import threading
@@ -66,6 +68,7 @@ MAX_CONNECTIONS = 32
 MAX_CONNECTIONS_PER_PEER = (
     8  # over TCP: past this, an address's new connection takes its own oldest's slot
 )
+LISTEN_BACKLOG = 128  # connections the kernel queues before the server accepts them
 NO_REPLY = "no reply"  # what request() answers for a connection closed unanswered
 STALE = "stale request"  # signed right, by a clock more than FRESH_SECONDS off the server's
 _offsets: dict[str, float] = {}  # address -> its server's clock minus ours, once learnt
@@ -271,6 +274,9 @@ def _make_server(
     class Server(socketserver.ThreadingMixIn, base):  # type: ignore[valid-type,misc]
         daemon_threads = True
         allow_reuse_address = True
+        # socketserver's 5 made the kernel drop connections arriving in a burst (a
+        # 128-rank job's hellos, or a flood), each one retried a second later
+        request_queue_size = LISTEN_BACKLOG
         # every connection served, oldest first: its address ("" over a Unix socket), and
         # whether it has sent a signed request
         held: dict[Any, _Held] = {}
@@ -307,7 +313,12 @@ def _make_server(
                 candidates = [r for r, h in self.held.items() if h.peer == crowded]
             else:
                 return None
-            return next((r for r in candidates if not self.held[r].signed), None)
+            unsigned = [r for r in candidates if not self.held[r].signed]
+            # one whose request already waits to be read is about to be answered: drop
+            # a silent one while there is any
+            return next((r for r in unsigned if not _has_bytes_waiting(r)), None) or next(
+                iter(unsigned), None
+            )
 
         def verified(self, request: Any) -> None:
             with self.held_lock:
@@ -322,6 +333,19 @@ def _make_server(
                     self.held.pop(request, None)
 
     return Server(address, RequestHandler)
+
+
+def _has_bytes_waiting(sock: socket.socket) -> bool:
+    """Whether ``sock`` has received bytes not yet read (without reading or waiting:
+    its own timeout would make a peek wait)."""
+    poller = select.poll()  # not select(): the supervisor may hold fds past FD_SETSIZE
+    poller.register(sock, select.POLLIN)
+    if not poller.poll(0):
+        return False
+    try:
+        return bool(sock.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT))
+    except OSError:  # the peer went away
+        return False
 
 
 def _read_line(sock: socket.socket, pending: bytes) -> tuple[bytes | None, bytes]:
