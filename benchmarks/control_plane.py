@@ -5,8 +5,10 @@ lifts the 4-per-core cap), measured from outside as the notebook sees it:
 - time from submit until every rank is running, and until every rank has stepped;
 - while it runs (``--seconds``): the supervisor's CPU share and peak resident memory,
   metrics records stored per second, state.json rewrites per second;
-- the views with N rows: the widget model's update, the header's and the table's HTML
-  (their time and size), the REST model (``server/models.job_model``) size and time;
+- the views with N rows: the widget model's update, the header's HTML, the table's as
+  the widget draws it (past 16 rows, those that stand out and the rest grouped) and with
+  every row, the chart's SVG (rank 0 and the others' median), each one's time and size;
+  the REST model (``server/models.job_model``) size and time;
 - Stop: its time, the job's processes still there when it returns and 2 s later.
 
     .venv/bin/python benchmarks/control_plane.py [--ranks 16 64 128] [--seconds 20]
@@ -64,7 +66,13 @@ def measure(ranks: int, seconds: float, interval: float) -> dict[str, Any]:
 
     from jupyter_distrain import JobSpec, submit
     from jupyter_distrain.client.widget import render
-    from jupyter_distrain.client.widget.model import JobModel, row_of
+    from jupyter_distrain.client.widget.model import (
+        JobModel,
+        collapsed_rows,
+        collapsed_series,
+        row_of,
+    )
+    from jupyter_distrain.contract.process import ProcessId
     from jupyter_distrain.server.models import job_model
 
     job = submit(
@@ -96,7 +104,11 @@ def measure(ranks: int, seconds: float, interval: float) -> dict[str, Any]:
     update, _ = timed(model.update)
     header, header_html = timed(lambda: render.header_html(model))
     rows = [row_of(p) for p in model.processes()]
-    table, table_html = timed(lambda: render.table_html(rows, []))
+    table, table_html = timed(lambda: render.table_html(collapsed_rows(rows, []), []))
+    every_row, every_row_html = timed(lambda: render.table_html(rows, []))
+    chart, chart_svg = timed(
+        lambda: render.chart_svg(collapsed_series(model.series, [str(ProcessId("worker", 0))]))
+    )
     rest, rest_model = timed(lambda: json.dumps(job_model(job)))
     stop_start = time.monotonic()
     state = job.stop()
@@ -118,6 +130,10 @@ def measure(ranks: int, seconds: float, interval: float) -> dict[str, Any]:
         "header_html_ms": round(header * 1000, 2),
         "table_html_ms": round(table * 1000, 2),
         "table_html_kib": round(len(table_html) / 1024, 1),
+        "all_rows_html_ms": round(every_row * 1000, 2),
+        "all_rows_html_kib": round(len(every_row_html) / 1024, 1),
+        "chart_svg_ms": round(chart * 1000, 2),
+        "chart_svg_kib": round(len(chart_svg) / 1024, 1),
         "rest_model_ms": round(rest * 1000, 2),
         "rest_model_kib": round(len(rest_model) / 1024, 1),
         "stop_seconds": round(stop, 2),

@@ -426,6 +426,11 @@ def main() -> int:
         help="switch off the Keras metrics in %%distributed (to see what they cost)",
     )
     parser.add_argument("--framework", choices=sorted(FRAMEWORKS), default="keras")
+    parser.add_argument(
+        "--columns",
+        help="run only these columns, comma-separated (say 'warm,distributed' for more "
+        "paired rounds of one question in the same time)",
+    )
     args = parser.parse_args()
     program, by_hand, run_by_hand = FRAMEWORKS[args.framework]
 
@@ -435,6 +440,9 @@ def main() -> int:
         units = [[by_hand], ["distributed"], ["warm", "back to back"], [AT_END], [NO_STANDBY]]
         units += floor
         units += [[NO_CACHE]] if args.framework == "jax" else []
+        if args.columns:
+            wanted = args.columns.split(",")
+            units = [kept for unit in units if (kept := [n for n in unit if n in wanted])]
         columns = [name for unit in units for name in unit]
         results: dict[str, list[tuple[float, float]]] = {name: [] for name in columns}
         flags = "--env JUPYTER_DISTRAIN_INSTRUMENT=0" if args.no_instrument else ""
@@ -470,14 +478,13 @@ def main() -> int:
     for name, (first, rate) in med.items():
         print(f"{name:<16}{first:>24.2f}{rate:>12.1f}")
     # the runs of a round ran back to back: pairing them cancels the machine's drifts
+    save_rounds(f"launch_overhead-{args.framework}", args, results)
     pairings = [(name, by_hand) for name in ("distributed", *POOLED, "back to back")]
     pairings += [("warm", "distributed"), ("back to back", "distributed"), ("warm", AT_END)]
-    pairings += [("warm", NO_STANDBY)]
-    if NO_CACHE in results:
-        pairings += [("warm", NO_CACHE)]
+    pairings += [("warm", NO_STANDBY), ("warm", NO_CACHE)]
     if "floor" in results:
         pairings += [("floor", by_hand), ("distributed", "floor")]
-    for name, other in pairings:
+    for name, other in [(n, o) for n, o in pairings if n in results and o in results]:
         pairs = list(zip(results[name], results[other], strict=True))
         for label, column in (("time to first step", 0), ("steps/sec", 1)):
             ratios = [d[column] / h[column] for d, h in pairs]
@@ -487,7 +494,6 @@ def main() -> int:
                 f"{low:.3f}-{high:.3f}, {len(ratios)} rounds; median "
                 f"{statistics.median(ratios):.3f})"
             )
-    save_rounds(f"launch_overhead-{args.framework}", args, results)
     return 0
 
 

@@ -8,6 +8,7 @@ import ast
 import asyncio
 import io
 import json
+import time
 from pathlib import Path
 
 import pytest
@@ -26,6 +27,12 @@ from jupyter_distrain.client.widget import (
     stragglers,
     stragglers_text,
     time_to_first_step,
+)
+from jupyter_distrain.client.widget.model import (
+    MAX_LINES,
+    MAX_ROWS,
+    collapsed_rows,
+    collapsed_series,
 )
 from jupyter_distrain.client.widget.render import header_html
 from jupyter_distrain.client.widget.text import summary_line
@@ -168,6 +175,51 @@ def test_widget_rows_process_picker_and_log_view_from_a_written_job(tmp_path):
     job_dir.write_state(JobStatus(state="running", workers=1, processes=processes))
     widget.refresh(force=True)
     assert ">gpu<" in widget.table.value and "55% 1.0 GiB" in widget.table.value
+
+
+def test_a_128_rank_job_shows_the_processes_that_stand_out_and_groups_the_others(tmp_path):
+    """Past 16 processes the table shows rank 0, a rank in another state and the parameter
+    servers one by one, the rest as one row per run of a role in one state, and says so;
+    All rows shows every one; the chart draws rank 0 and the median of the others."""
+    job_dir = new_job_dir(tmp_path)
+    workers = [
+        record(
+            i,
+            "failed" if i == 70 else "running",
+            pid=100 + i,
+            step=400 + i % 3,
+            images_per_sec=10.0,
+            loss=0.5,
+            heartbeat=time.time() - i % 5,
+        )
+        for i in range(128)
+    ]
+    processes = [*workers, record(0, role="ps"), record(1, role="ps")]
+    job_dir.write_state(JobStatus(state="running", workers=128, processes=processes))
+    metrics = "".join(
+        json.dumps({"role": "worker", "index": i, "step": s, "images_per_sec": 10.0 + i % 2}) + "\n"
+        for s in (1, 2)
+        for i in range(128)
+    )
+    job_dir.metrics_file.write_text(metrics)
+    widget = JobWidget(Job(job_dir))
+    table = widget.table.value
+    assert table.count("<tr") == 1 + 6  # head; rank 0, 1-69, 70, 71-127, ps 0, ps 1
+    assert "130 processes: 126 that do not stand out are grouped" in table
+    assert ">1-69 (69)<" in table and ">71-127 (57)<" in table and ">400-402<" in table
+    assert ">690<" in table  # 69 x 10 images/sec
+    assert widget.all_rows_button.layout.display != "none"
+    chart = widget.chart.value
+    assert chart.count("<polyline") == 2 and "median of 127 others" in chart
+    widget.all_rows_button.value = True
+    assert widget.table.value.count("<tr") == 1 + 130 and "grouped" not in widget.table.value
+
+
+def test_a_small_job_keeps_one_row_and_one_line_per_process():
+    rows = [{"role": "worker", "index": i, "state": "running"} for i in range(MAX_ROWS)]
+    assert collapsed_rows(rows, []) == rows
+    series = {f"worker-{i}": [(1, 1.0)] for i in range(MAX_LINES)}
+    assert collapsed_series(series, []) == series
 
 
 def test_every_field_of_a_reported_row_is_escaped_in_the_widget(tmp_path):

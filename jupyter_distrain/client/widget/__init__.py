@@ -40,9 +40,17 @@ Metrics and the widget
   progress bar with ETA from Keras's `steps * epochs`, Stop / - / + / Logs)
   redraws at most 4 times a second whatever the message rate; its Logs view
   reads only the end of a log (`tail.last_lines`). Stragglers:
-  workers whose median images/sec over their last 20 steps is more than 20%
-  below the median of those medians (the rules are plain functions in
-  `client/widget/`, tested without a job: `tests/test_client_rules.py`). Its traits
+  running processes whose median step time over their last 20 steps is 1.25x the
+  median of the others' medians or more (the rules are plain functions in
+  `client/widget/model.py`, tested without a job: `tests/test_client_rules.py`).
+  Many processes (2026-12-06): past 16 rows the table shows one by one the processes
+  that stand out (each role's first, stragglers, a state other than the most common,
+  the few of a small role such as the ps) and groups the others, one row per run of
+  consecutive processes of a role in one state (index range, step range, images/sec
+  summed, oldest heartbeat), said in its caption; *All rows* shows each. Past 8
+  processes the chart draws rank 0, the stragglers and the median of the others. At
+  128 ranks the table went from 47 KiB of HTML to ~2 KiB, the chart from 128 lines to
+  2 (`benchmarks/control_plane.py`). Its traits
   (`rows`, `job_state`,
   `aggregate_images_per_sec`, `stragglers`, ...) are what tests assert on. In a
   terminal IPython a `TextSummary` line is printed every 5 s and on each change of

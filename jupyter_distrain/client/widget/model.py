@@ -25,6 +25,9 @@ from ..job import Job
 STRAGGLER_WINDOW = 20  # steps
 STRAGGLER_RATIO = 1.25  # a median step time this many times the others' median, or more
 CHART_POINTS = 300  # per worker, most recent
+MAX_ROWS = 16  # past this many processes, the table groups the ones that do not stand out
+FEW_IN_ROLE = 4  # a role with this many processes or fewer (the ps) is shown one by one
+MAX_LINES = 8  # past this many processes, the chart draws the median of those not named
 
 
 def stragglers(recent: Mapping[str, Sequence[float]], running: Collection[str]) -> dict[str, float]:
@@ -218,3 +221,91 @@ def row_of(p: ProcessRecord) -> dict[str, Any]:
 def process_of(row: dict[str, Any]) -> ProcessId:
     """A row's process."""
     return ProcessId(row["role"], row["index"])
+
+
+def _standing_out(rows: Sequence[dict[str, Any]], stragglers: Collection[str]) -> set[int]:
+    """The indices of the rows shown one by one in a collapsed table: stragglers, a state
+    other than the most common one, each role's first process and the processes of a
+    role with few (the parameter servers); if those are too many, the stragglers and
+    each role's first alone."""
+    states = [str(r["state"]) for r in rows]  # (a forged report's may be anything)
+    common = max(set(states), key=states.count)
+    per_role = defaultdict(list)
+    for i, r in enumerate(rows):
+        per_role[str(r["role"])].append(i)
+    firsts = {members[0] for members in per_role.values()}
+    slow = {i for i, r in enumerate(rows) if str(process_of(r)) in stragglers}
+    few = {i for members in per_role.values() if len(members) <= FEW_IN_ROLE for i in members}
+    odd = {i for i, state in enumerate(states) if state != common}
+    shown = firsts | slow | few | odd
+    return shown if len(shown) <= MAX_ROWS else firsts | slow
+
+
+def _group_row(members: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """One row for consecutive processes of a role in one state: their index range,
+    hosts, step range, images/sec summed, median loss and oldest heartbeat."""
+    first = members[0]
+    if len(members) == 1:
+        return first
+    hosts = {str(m["host"]) for m in members}
+    steps = [m["step"] for m in members if isinstance(m["step"], int | float)]
+    losses = [m["loss"] for m in members if isinstance(m["loss"], int | float)]
+    beats = [m["since_heartbeat"] for m in members if m["since_heartbeat"] is not None]
+    rates = [m["images_per_sec"] for m in members if isinstance(m["images_per_sec"], int | float)]
+    low, high = (min(steps), max(steps)) if steps else (None, None)
+    return {
+        "role": first["role"],
+        "index": f"{first['index']}-{members[-1]['index']} ({len(members)})",
+        "host": first["host"] if len(hosts) == 1 else f"{len(hosts)} hosts",
+        "pid": None,
+        "state": first["state"],
+        "step": low if low == high else f"{low}-{high}",
+        "images_per_sec": sum(rates) if rates else None,
+        "loss": statistics.median(losses) if losses else None,
+        "since_heartbeat": max(beats) if beats else None,
+        "gpu": "",
+        "group": len(members),
+    }
+
+
+def collapsed_rows(
+    rows: Sequence[dict[str, Any]], stragglers: Collection[str]
+) -> list[dict[str, Any]]:
+    """The table's rows: every process's up to ``MAX_ROWS``; past that (a 128-rank job),
+    those that stand out one by one and the others grouped, one row for each run of
+    consecutive processes of a role in one state (``"group"``: how many it holds)."""
+    if len(rows) <= MAX_ROWS:
+        return list(rows)
+    shown = _standing_out(rows, stragglers)
+    out: list[dict[str, Any]] = []
+    run: list[dict[str, Any]] = []
+    for i, r in enumerate(rows):
+        kind = (str(r["role"]), str(r["state"]))
+        if run and (i in shown or kind != (str(run[0]["role"]), str(run[0]["state"]))):
+            out.append(_group_row(run))
+            run = []
+        if i in shown:
+            out.append(r)
+        else:
+            run.append(r)
+    if run:
+        out.append(_group_row(run))
+    return out
+
+
+def collapsed_series(
+    series: Mapping[str, Sequence[tuple[int, float]]], named: Collection[str]
+) -> dict[str, list[tuple[int, float]]]:
+    """The chart's lines: every process's up to ``MAX_LINES``; past that, the ``named``
+    processes' (stragglers, rank 0), at most ``MAX_LINES - 1``, and one line for the
+    median of the others at each step."""
+    if len(series) <= MAX_LINES:
+        return {k: list(v) for k, v in series.items()}
+    kept = [k for k in named if k in series][: MAX_LINES - 1]
+    by_step: dict[int, list[float]] = defaultdict(list)
+    others = [k for k in series if k not in kept]
+    for k in others:
+        for step, rate in series[k]:
+            by_step[step].append(rate)
+    median = [(step, statistics.median(rates)) for step, rates in sorted(by_step.items())]
+    return {**{k: list(series[k]) for k in kept}, f"median of {len(others)} others": median}

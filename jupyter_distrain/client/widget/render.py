@@ -81,14 +81,26 @@ def header_html(model: JobModel) -> str:
 
 
 def table_html(rows: Sequence[Mapping[str, Any]], stragglers: Collection[str]) -> str:
-    """One row per process; a gpu column only where some process has GPUs."""
+    """One row per process, or per group of processes (``model.collapsed_rows``: said in
+    the caption); a gpu column only where some process has GPUs."""
     gpus = any(r.get("gpu") for r in rows)
     head = TABLE_HEAD + (("gpu",) if gpus else ())
-    out = ["<table style='border-collapse:collapse;font-family:monospace'><tr>"]
+    out = ["<table style='border-collapse:collapse;font-family:monospace'>"]
+    grouped = sum(r.get("group", 0) for r in rows)
+    if grouped:
+        processes = grouped + sum("group" not in r for r in rows)
+        out.append(
+            "<caption style='text-align:left'><small>"
+            f"{processes} processes: {grouped} that do not stand out are grouped "
+            "(images/sec summed, step and heartbeat their range); All rows shows each"
+            "</small></caption>"
+        )
+    out.append("<tr>")
     out += [f"<th style='padding:0 8px;text-align:left'>{h}</th>" for h in head]
     out.append("</tr>")
     for r in rows:
         style = "background:#fdd" if str(process_of(dict(r))) in stragglers else ""
+        style = "color:#555;font-style:italic" if "group" in r else style
         heartbeat = r["since_heartbeat"]
         cells = [
             _text(r["role"]),

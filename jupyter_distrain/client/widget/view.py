@@ -21,7 +21,7 @@ from ..follow import follow
 from ..job import Job, JobFailed
 from . import render
 from .frontend import TextFallback
-from .model import JobModel, process_of, row_of
+from .model import MAX_ROWS, JobModel, collapsed_rows, collapsed_series, process_of, row_of
 from .text import TextSummary, summary_line
 
 MAX_REDRAWS_PER_SECOND = 4
@@ -56,6 +56,11 @@ class JobWidget(widgets.VBox):
         self.minus_button = widgets.Button(description="-", tooltip="one worker fewer")
         self.plus_button = widgets.Button(description="+", tooltip="one worker more")
         self.logs_button = widgets.ToggleButton(description="Logs", icon="file-text")
+        self.all_rows_button = widgets.ToggleButton(
+            description="All rows",
+            tooltip="one row for every process (else those that stand out, the rest grouped)",
+            layout={"display": "none"},
+        )
         self.stacks_button = widgets.Button(
             description="Stacks",
             icon="list",
@@ -70,6 +75,7 @@ class JobWidget(widgets.VBox):
         self.minus_button.on_click(lambda _: self._scale(-1))
         self.plus_button.on_click(lambda _: self._scale(+1))
         self.logs_button.observe(lambda _: self.refresh(force=True), "value")
+        self.all_rows_button.observe(lambda _: self.refresh(force=True), "value")
         self.stacks_button.on_click(lambda _: self.show_stacks())
         self.process_picker.observe(lambda _: self.refresh(force=True), "value")
         controls = widgets.HBox(
@@ -78,6 +84,7 @@ class JobWidget(widgets.VBox):
                 self.minus_button,
                 self.plus_button,
                 self.logs_button,
+                self.all_rows_button,
                 self.stacks_button,
                 self.process_picker,
             ]
@@ -176,12 +183,19 @@ class JobWidget(widgets.VBox):
 
     def _draw(self) -> None:
         self.header.value = render.header_html(self.model)
-        self.table.value = render.table_html(self.rows, self.stragglers)
+        many = len(self.rows) > MAX_ROWS
+        self.all_rows_button.layout.display = "inline-flex" if many else "none"
+        shown = self.rows
+        if not self.all_rows_button.value:
+            shown = collapsed_rows(self.rows, self.stragglers)
+        self.table.value = render.table_html(shown, self.stragglers)
         warnings = self.model.status.warnings
         if warnings and "\n" in warnings[-1] and warnings[-1] != self._warning_shown:
             self._warning_shown = warnings[-1]  # a stall's, with every rank's stacks
             self.stacks_view.value = render.log_html(warnings[-1])
-        self.chart.value = render.chart_svg(self.model.series)
+        first = [str(process_of(r)) for r in self.rows[:1]]
+        lines = collapsed_series(self.model.series, [*self.stragglers, *first])
+        self.chart.value = render.chart_svg(lines)
         done, eta = self.model.progress()
         self.bar.value = done
         self.eta.value = f"{done:.0%}" + (f", ETA {eta:.0f} s" if eta is not None else "")
