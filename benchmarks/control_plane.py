@@ -8,7 +8,8 @@ lifts the 4-per-core cap), measured from outside as the notebook sees it:
 - the views with N rows: the widget model's update, the header's HTML, the table's as
   the widget draws it (past 16 rows, those that stand out and the rest grouped) and with
   every row, the chart's SVG (rank 0 and the others' median), each one's time and size;
-  the REST model (``server/models.job_model``) size and time;
+  the REST model (``server/models.job_model``) size and time, and the job's entry in
+  the jobs list the sidebar polls (no process models);
 - Stop: its time, the job's processes still there when it returns and 2 s later.
 
     .venv/bin/python benchmarks/control_plane.py [--ranks 16 64 128] [--seconds 20]
@@ -110,6 +111,7 @@ def measure(ranks: int, seconds: float, interval: float) -> dict[str, Any]:
         lambda: render.chart_svg(collapsed_series(model.series, [str(ProcessId("worker", 0))]))
     )
     rest, rest_model = timed(lambda: json.dumps(job_model(job)))
+    listed = json.dumps(job_model(job, processes=False))  # its entry in the jobs list
     stop_start = time.monotonic()
     state = job.stop()
     stop = time.monotonic() - stop_start
@@ -136,6 +138,7 @@ def measure(ranks: int, seconds: float, interval: float) -> dict[str, Any]:
         "chart_svg_kib": round(len(chart_svg) / 1024, 1),
         "rest_model_ms": round(rest * 1000, 2),
         "rest_model_kib": round(len(rest_model) / 1024, 1),
+        "rest_list_entry_kib": round(len(listed) / 1024, 1),
         "stop_seconds": round(stop, 2),
         "processes_at_stop": named,
         "processes_left_2s_later": left,

@@ -117,6 +117,8 @@ async def test_jobs_logs_and_metrics_of_a_job_that_ran(jp_fetch):
     job = _finished_job()
     listed = _json(await jp_fetch("distrain", "jobs"))["jobs"]
     assert [j["id"] for j in listed] == [job.id]
+    # the list polled by the sidebar carries no process models: a job's own model does
+    assert "processes" not in listed[0] and listed[0]["process_count"] == 2
     model = _json(await jp_fetch("distrain", "jobs", job.id))
     assert model["state"] == "succeeded" and model["workers"] == 2
     assert model["backend"] == "plain" and model["launcher"] == "local"

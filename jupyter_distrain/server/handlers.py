@@ -96,7 +96,7 @@ class ModelCache:
             if stamp and kept is not None and kept[0] == stamp:
                 model = kept[1]
             else:
-                model = job_model(Job(job_dir))
+                model = job_model(Job(job_dir), processes=False)
             if stamp and model["state"] in FINAL_STATES:
                 fresh[job_dir.path] = (stamp, model)
             out.append(model)

@@ -44,6 +44,7 @@ from ..contract import process as contract
 from ..contract.process import Env, Mode, ProcessId, WorkerChannels
 from ..contract.store import JobDir
 from . import (
+    allocator,
     compile_cache,
     horovod_hook,
     instrument,
@@ -239,6 +240,8 @@ def main() -> int:
     metrics.reporter()  # heartbeats from now on: silence means a hung process
     mode = Mode.from_env(os.environ)
     threads.share_cores(mode)
+    if os.environ.get(Env.BACKEND) == "torch":
+        allocator.keep_freed_memory()
     if os.environ.get(Env.INSTRUMENT, "1") != "0" and channels.metrics and mode != Mode.SERVER:
         keras_hook.install()
         torch_hook.install()

@@ -31,7 +31,7 @@ export interface IJob {
   created: number | null;
   ended: number | null;
   error: string | null;
-  processes: IProcess[];
+  processes?: IProcess[]; // in a job's own model (GET jobs/<id>), not in the list
 }
 
 export interface ILogs {

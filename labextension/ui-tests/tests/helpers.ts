@@ -96,7 +96,8 @@ export async function listJobs(page: Page): Promise<IJobModel[]> {
   return (await response.json()).jobs;
 }
 
-/** The newest job whose id starts with `name` (the job's --name), once it is listed. */
+/** The newest job whose id starts with `name` (the job's --name), once it is listed,
+ * with its processes (the list leaves them out: `GET jobs/<id>` has them). */
 export async function jobNamed(page: Page, name: string, timeout = 60000): Promise<IJobModel> {
   let found: IJobModel | undefined;
   await expect
@@ -104,7 +105,9 @@ export async function jobNamed(page: Page, name: string, timeout = 60000): Promi
       timeout
     })
     .toBeTruthy();
-  return found!;
+  const response = await page.request.get(distrainRoute(`jobs/${found!.id}`));
+  expect(response.ok()).toBe(true);
+  return await response.json();
 }
 
 /** Whether a process with this pid exists on this machine. */
