@@ -30,6 +30,12 @@ KIND_OF_BACKEND = {
     "horovod": "horovod", "tf": "tensorflow", "ps": "tensorflow", "torch": "torch", "jax": "jax",
 }  # fmt: skip
 
+_KERAS_AND_ITS_TENSORFLOW = [
+    name
+    for name in ("keras", "tensorflow")
+    if importlib.util.find_spec("keras") is not None and importlib.util.find_spec(name) is not None
+]
+
 # what each kind imports before it waits (module names, in order)
 PREIMPORTS = {
     "tensorflow": ["numpy", "tensorflow"],
@@ -37,9 +43,11 @@ PREIMPORTS = {
     # nothing initialised; DistributedDataParallel's constructor imports torch._dynamo
     # (1.5 s of a 2-rank re-run's 1.9 s to its first step here)
     "torch": ["numpy", "torch", "torch.distributed", "torch.nn.parallel", "torch._dynamo"],
-    # no device touched (jax.distributed.initialize must come first); Keras 3 on JAX too
-    "jax": ["numpy", "jax", "jax.numpy"]
-    + (["keras"] if importlib.util.find_spec("keras") is not None else []),
+    # no device touched (jax.distributed.initialize must come first); Keras 3 on JAX too,
+    # and TensorFlow where installed beside it: keras.distribution.initialize() seeds
+    # TensorFlow's generator as well, importing it (1.6 s of a warm 2-rank Keras 3 job's
+    # 2.5 s to its first step here)
+    "jax": ["numpy", "jax", "jax.numpy"] + _KERAS_AND_ITS_TENSORFLOW,
 }
 
 # the distributions behind each pre-imported module (and what TensorFlow imports itself)
