@@ -41,19 +41,6 @@ export interface ILogs {
   offset: number;
 }
 
-export interface IMetricRecord {
-  role?: string;
-  index?: number;
-  time?: number;
-  images_per_sec?: number;
-  [key: string]: unknown;
-}
-
-export interface IMetrics {
-  records: IMetricRecord[];
-  since: number;
-}
-
 export const FINAL_STATES = ['succeeded', 'exited', 'stopped', 'killed', 'failed'];
 
 /** A request to the API; a failure is an Error with the server's one-line message. */
@@ -104,9 +91,6 @@ export const removeFinishedJobs = () =>
 
 export const getLogs = (id: string, query: Record<string, string | number>) =>
   requestAPI<ILogs>(`jobs/${encodeURIComponent(id)}/logs`, {}, query);
-
-export const getMetrics = (id: string, since: number) =>
-  requestAPI<IMetrics>(`jobs/${encodeURIComponent(id)}/metrics`, {}, { since });
 
 /** The `%%distributed` flags, as the magic's flag table has them (the form's fields). */
 /** Every live process's stacks, grouped (an ended job: the last ones taken). */

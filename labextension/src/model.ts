@@ -1,13 +1,13 @@
 /**
  * The jobs as the sidebar and the status bar see them: polled from the server with
  * backoff on errors, paused while the page is hidden (as dask-labextension does), and
- * each live job's images/sec series read incrementally from its metrics.
+ * each live job's images/sec series, a point per poll.
  */
 
 import { Poll } from '@lumino/polling';
 import { ISignal, Signal } from '@lumino/signaling';
 
-import { FINAL_STATES, getMetrics, IJob, listJobs } from './api';
+import { FINAL_STATES, IJob, listJobs } from './api';
 import { RateSeries } from './series';
 
 export const POLL_MS = 2000;
@@ -80,28 +80,20 @@ export class JobsModel {
       this._changed.emit();
       throw err; // the poll backs off
     }
-    await Promise.all(this.running.map(job => this._readMetrics(job.id)));
+    for (const job of this.running) {
+      let series = this._series.get(job.id);
+      if (!series) {
+        series = new RateSeries();
+        this._series.set(job.id, series);
+      }
+      series.add(job.images_per_sec);
+    }
     for (const id of this._series.keys()) {
       if (!this._jobs.some(j => j.id === id)) {
         this._series.delete(id);
       }
     }
     this._changed.emit();
-  }
-
-  private async _readMetrics(id: string): Promise<void> {
-    let series = this._series.get(id);
-    if (!series) {
-      series = new RateSeries();
-      this._series.set(id, series);
-    }
-    try {
-      const metrics = await getMetrics(id, series.since);
-      series.add(metrics.records);
-      series.since = metrics.since;
-    } catch {
-      // a job that just went away: the next poll drops it
-    }
   }
 
   private _changed = new Signal<this, void>(this);

@@ -1,49 +1,22 @@
 /**
- * A job's aggregate images/sec over time, from its metric records as they come (the
- * metrics route read incrementally): each process's latest rate, summed per second.
+ * A job's images/sec over time, one point per poll of the jobs list: the rate the job's
+ * model says (its live processes' latest rates, summed by the server). Reading every
+ * metric record instead grew with the job's size (a 128-rank job writes ~1,300 records
+ * a second, more than a poll's bounded read at 512 ranks).
  */
-
-import { IMetricRecord } from './api';
-
-const STALE_SECONDS = 10; // a process unheard for this long no longer counts
-
 export class RateSeries {
   constructor(readonly capacity = 60) {}
 
-  /** The byte offset of metrics.jsonl to read from next. */
-  since = 0;
-
   get points(): number[] {
-    return this._points.map(p => p[1]);
+    return this._points.slice();
   }
 
-  add(records: IMetricRecord[]): void {
-    for (const r of records) {
-      if (typeof r.images_per_sec !== 'number' || typeof r.time !== 'number') {
-        continue;
-      }
-      this._latest.set(`${r.role}-${r.index}`, [r.time, r.images_per_sec]);
-      const second = Math.floor(r.time);
-      let total = 0;
-      for (const [key, [time, rate]] of this._latest) {
-        if (r.time - time > STALE_SECONDS) {
-          this._latest.delete(key);
-        } else {
-          total += rate;
-        }
-      }
-      const last = this._points[this._points.length - 1];
-      if (last && last[0] >= second) {
-        last[1] = total;
-      } else {
-        this._points.push([second, total]);
-      }
-    }
+  add(rate: number): void {
+    this._points.push(rate);
     this._points.splice(0, Math.max(0, this._points.length - this.capacity));
   }
 
-  private _latest = new Map<string, [number, number]>();
-  private _points: [number, number][] = [];
+  private _points: number[] = [];
 }
 
 /** An SVG polyline of `values`, scaled to `width` x `height`. */
