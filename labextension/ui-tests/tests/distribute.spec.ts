@@ -42,9 +42,12 @@ test('the form writes the magic line, refuses bad values and pre-fills', async (
   await dialog.screenshot({ path: path.join(SHOTS, 'distribute-form.png') });
   await dialog.locator('.jp-mod-accept').click();
   await expect(dialog).toHaveCount(0);
-  expect(await cellSource(page, 0)).toBe(
-    "%%distributed --workers 3 --backend plain --env A=1 --env B=2 --name train-1 --no-pool\nprint('hi')"
-  );
+  // written once the server has checked the line: after the dialog closes
+  await expect
+    .poll(() => cellSource(page, 0))
+    .toBe(
+      "%%distributed --workers 3 --backend plain --env A=1 --env B=2 --name train-1 --no-pool\nprint('hi')"
+    );
 
   // from the command palette: the line fills the form; a change rewrites only that line
   await page.notebook.selectCells(0);
@@ -74,9 +77,12 @@ test('the form writes the magic line, refuses bad values and pre-fills', async (
   await form.locator('select[name="launcher"]').selectOption('local');
   await expect(error).toHaveText('');
   await dialog.locator('.jp-mod-accept').click();
-  expect(await cellSource(page, 0)).toBe(
-    "%%distributed --workers 3 --backend plain --memory 1.5 --env A=1 --env B=2 --name train-1 --no-pool\nprint('hi')"
-  );
+  // written once the server has checked the line: after the dialog closes
+  await expect
+    .poll(() => cellSource(page, 0))
+    .toBe(
+      "%%distributed --workers 3 --backend plain --memory 1.5 --env A=1 --env B=2 --name train-1 --no-pool\nprint('hi')"
+    );
 
   // and from the toolbar of a cell (shown where it does not cover a long first line)
   await page.notebook.addCell('code', 'x = 1');

@@ -54,9 +54,10 @@ test.describe('with formDefaults set', () => {
     await expect(form.locator('input[name="no-pool"]')).toBeChecked();
     await dialog.locator('.jp-mod-accept').click();
     await expect(dialog).toHaveCount(0);
-    expect(await cellSource(page, 0)).toBe(
-      '%%distributed --workers 2 --launcher ssh --no-pool --hosts a:1,b:1\nx = 1'
-    );
+    // written once the server has checked the line: after the dialog closes
+    await expect
+      .poll(() => cellSource(page, 0))
+      .toBe('%%distributed --workers 2 --launcher ssh --no-pool --hosts a:1,b:1\nx = 1');
 
     await open(1);
     await expect(form.locator('input[name="workers"]')).toHaveValue('3');
