@@ -30,11 +30,10 @@ KIND_OF_BACKEND = {
     "horovod": "horovod", "tf": "tensorflow", "ps": "tensorflow", "torch": "torch", "jax": "jax",
 }  # fmt: skip
 
-_KERAS_AND_ITS_TENSORFLOW = [
-    name
-    for name in ("keras", "tensorflow")
-    if importlib.util.find_spec("keras") is not None and importlib.util.find_spec(name) is not None
-]
+_KERAS = ["keras"] if importlib.util.find_spec("keras") is not None else []
+_KERAS_AND_ITS_TENSORFLOW = _KERAS + (
+    ["tensorflow"] if _KERAS and importlib.util.find_spec("tensorflow") is not None else []
+)
 
 # what each kind imports before it waits (module names, in order)
 PREIMPORTS = {

@@ -99,8 +99,10 @@ def table_html(rows: Sequence[Mapping[str, Any]], stragglers: Collection[str]) -
     out += [f"<th style='padding:0 8px;text-align:left'>{h}</th>" for h in head]
     out.append("</tr>")
     for r in rows:
-        style = "background:#fdd" if str(process_of(dict(r))) in stragglers else ""
-        style = "color:#555;font-style:italic" if "group" in r else style
+        if "group" in r:
+            style = "color:#555;font-style:italic"
+        else:
+            style = "background:#fdd" if str(process_of(dict(r))) in stragglers else ""
         heartbeat = r["since_heartbeat"]
         cells = [
             _text(r["role"]),
