@@ -17,7 +17,7 @@ from IPython.core.error import UsageError
 from IPython.core.interactiveshell import InteractiveShell
 
 from jupyter_distrain.client import api, config
-from jupyter_distrain.client.magics import DistributedMagics
+from jupyter_distrain.client.magics import DistributedMagics, checked_spec
 from jupyter_distrain.contract.store import list_job_dirs
 
 CLI = str(Path(sys.executable).with_name("jupyter-distrain"))
@@ -91,11 +91,11 @@ def test_a_cell_takes_the_files_defaults_and_its_flags_win(config_dirs, monkeypa
     magics = DistributedMagics(InteractiveShell.instance())
     for line in ("--workers 2", "--workers 2 --stall-timeout 10"):
         with pytest.raises(ZeroDivisionError):
-            magics._start(line, "pass\n")
+            magics._start(checked_spec(line, "pass\n")[0])
     assert [(s.stall_timeout, s.grace) for s in submitted] == [(300.0, 2.0), (10.0, 2.0)]
     (user / "jupyter_distrain_config.py").unlink()  # the next cell has the defaults again
     with pytest.raises(ZeroDivisionError):
-        magics._start("--workers 2", "pass\n")
+        magics._start(checked_spec("--workers 2", "pass\n")[0])
     assert submitted[-1].stall_timeout == 60.0
 
 
@@ -119,7 +119,7 @@ def test_a_bad_config_file_is_one_line_naming_it_and_nothing_is_launched(
     assert done.stderr.startswith(f"jupyter-distrain: {path}: ") and said in done.stderr
     magics = DistributedMagics(InteractiveShell.instance())
     with pytest.raises(UsageError, match=said):
-        magics._start("--workers 2", "pass\n")
+        magics._start(checked_spec("--workers 2", "pass\n")[0])
     assert list_job_dirs(jobs_root) == []
 
 

@@ -9,7 +9,7 @@ from IPython.core.interactiveshell import InteractiveShell
 
 from jupyter_distrain import plugins
 from jupyter_distrain.client import api, cml
-from jupyter_distrain.client.magics import DistributedMagics
+from jupyter_distrain.client.magics import DistributedMagics, checked_spec
 from jupyter_distrain.contract.spec import JobSpec, SpecError
 from jupyter_distrain.launchers.ssh.hosts import HostSlots, parse_hosts
 from jupyter_distrain.launchers.ssh.launcher import SshLauncher
@@ -96,7 +96,7 @@ def test_the_ssh_and_ray_options_are_carried_as_the_launchers_own(monkeypatch):
         "--launcher ray --address 10.0.0.1:6379",
     ):
         with pytest.raises(InterruptedError):
-            magics._start(line, "pass\n")
+            magics._start(checked_spec(line, "pass\n")[0])
     ssh, ray = submitted
     assert ssh.launcher_options == {"hosts": "h1:2", "ssh_port": 2222, "ssh_accept_new_hosts": True}
     assert ray.launcher_options == {"ray_address": "10.0.0.1:6379"}

@@ -17,7 +17,7 @@ from IPython.core.interactiveshell import InteractiveShell
 
 from jupyter_distrain.client import api
 from jupyter_distrain.client.flags import flag_models, flag_table
-from jupyter_distrain.client.magics import DistributedMagics, line_error
+from jupyter_distrain.client.magics import DistributedMagics, checked_spec, line_error
 
 SOURCES = Path(__file__).parent.parent / "labextension/src"
 CASES = SOURCES / "__tests__/validation-cases.json"
@@ -39,7 +39,7 @@ def magics(monkeypatch):
 @pytest.mark.parametrize(("line", "message"), json.loads(CASES.read_text())["cases"])
 def test_the_form_gives_the_magics_message(magics, line, message):
     with pytest.raises(Submitted if message is None else UsageError) as raised:
-        magics._start(line, "pass\n")
+        magics._start(checked_spec(line, "pass\n")[0])
     if message is not None:
         assert str(raised.value) == message
     assert line_error(line) == message  # what the form is told

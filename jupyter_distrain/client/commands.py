@@ -111,15 +111,17 @@ def add_commands(sub: Any) -> dict[str, argparse.ArgumentParser]:
 
 
 def job_line(job: Job, status: JobStatus | None = None) -> str:
-    """One line for a job: id, state, workers, backend/launcher, when it was created."""
+    """One line for a job: id, state, workers, backend/launcher, when it was created, and
+    the session's name for a session."""
     listed, spec = job.listed()
     status = listed if status is None or spec is None else status
     created = time.strftime("%Y-%m-%d %H:%M", time.localtime(status.created or 0))
     if spec is None:
         return f"{job.id:<24} {status.state:<10} {status.error}"
+    session = f"  session {spec.session}" if spec.session is not None else ""
     return (
         f"{job.id:<24} {status.state:<10} {spec.workers:>3} workers  "
-        f"{spec.backend}/{spec.launcher}  {created}"
+        f"{spec.backend}/{spec.launcher}  {created}{session}"
     )
 
 

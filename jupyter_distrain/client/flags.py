@@ -175,6 +175,29 @@ def flag_table() -> tuple[Flag, ...]:
             metavar="NAME",
         ),
         Flag(
+            "--out-all",
+            "bool",
+            False,
+            "with --out in a session: bind a list of every rank's `result`",
+            "out_all",
+        ),
+        Flag(
+            "--session",
+            "str",
+            None,
+            "run the cell in the interactive session NAME: started by its first cell, its "
+            "ranks keep their variables for the next cells with --session NAME",
+            "session",
+            metavar="NAME",
+        ),
+        Flag(
+            "--keep-session",
+            "bool",
+            False,
+            "the session outlives this kernel (another kernel finds it by its name)",
+            "keep_session",
+        ),
+        Flag(
             "--hang-timeout",
             "float",
             120.0,

@@ -28,7 +28,7 @@ import asyncio
 import contextlib
 import sys
 import time
-from collections.abc import Collection, Generator, Iterator
+from collections.abc import Callable, Collection, Generator, Iterator
 from dataclasses import dataclass
 from typing import Any, Protocol, TextIO
 
@@ -74,8 +74,10 @@ def steps(
     from_start: bool = True,
     all_output: bool = False,
     only: Collection[ProcessId] | None = None,
+    until: Callable[[JobStatus], bool] | None = None,
 ) -> Steps:
-    """Watch ``job`` until it ends; yields the seconds to wait between polls.
+    """Watch ``job`` until it ends (or ``until`` says so of a running job's status: a
+    session's cell has run); yields the seconds to wait between polls.
 
     Each poll reads the job's status once (before the logs, so no line written
     before the end is missed), prints the new log lines (``stream``), and passes
@@ -95,14 +97,14 @@ def steps(
             _print(tail.read(), out)
         if view is not None and not _refreshed(view, status=status):
             view = None  # a broken view must not end the wait: the job runs on
-        if status.done:
+        if status.done or (until is not None and until(status)):
             break
         if deadline.expired:
             raise TimeoutError(f"job {job.id} still {status.state} after {timeout} s")
         yield POLL_SECONDS
     if tail is not None:
         _print(tail.flush(), out)
-    return outcome(job.id, status)
+    return outcome(job.id, status) if status.done else status.state
 
 
 class _Run:
@@ -163,6 +165,7 @@ class FollowOptions:
     stop_on_interrupt: bool = True
     all_output: bool = False
     only: Collection[ProcessId] | None = None
+    until: Callable[[JobStatus], bool] | None = None
 
     def run(self, job: Job, view: View | None) -> _Run:
         return _Run(
@@ -175,6 +178,7 @@ class FollowOptions:
                 self.from_start,
                 self.all_output,
                 self.only,
+                self.until,
             )
         )
 

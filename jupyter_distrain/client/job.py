@@ -152,13 +152,15 @@ class Job:
         return self.dir.read_state().pids() + [pid for pid in own if pid]
 
     # --- control -----------------------------------------------------------
-    def _request(self, body: dict[str, Any], timeout: float = 5.0) -> dict[str, Any]:
+    def request(self, body: dict[str, Any], timeout: float = 5.0) -> dict[str, Any]:
+        """Send one control request to the job's supervisor and return its reply
+        (``OSError`` when unreachable, ``RuntimeError`` before it has started)."""
         ctl = self.dir.read_control()
         if ctl is None:
             raise RuntimeError(f"job {self.id} has no supervisor yet")
         return control.request(ctl.address, ctl.secret, body, timeout)
 
-    def _tell(self, body: dict[str, Any]) -> None:
+    def tell(self, body: dict[str, Any]) -> None:
         """Send a request that may find the job ended or not up yet: status() tells. A
         request the supervisor did not take in (every connection slot busy) is sent
         again until a slot frees: a busy slot is held for at most one request's time."""
@@ -167,7 +169,7 @@ class Job:
             if self.done:
                 return True
             try:
-                reply = self._request(body)
+                reply = self.request(body)
             except (ConnectionResetError, BrokenPipeError):  # refused: every slot busy
                 return False
             except (OSError, RuntimeError):  # ended, or not up yet: status() tells
@@ -179,7 +181,7 @@ class Job:
     def stop(self, wait: bool = True) -> str:
         """Stop every process of the job (SIGTERM, then SIGKILL after the grace period);
         with ``wait``, until the job has ended. Returns the job's state."""
-        self._tell(stop_request("user"))
+        self.tell(stop_request("user"))
         status = self.status()
         if self.dir.supervisor_alive() is False:  # nobody else will: stop what it recorded
             load_plugin(LAUNCHERS, self.spec.launcher).stop_lost(status)
@@ -197,7 +199,7 @@ class Job:
             raise RuntimeError(f"job {self.id} has ended ({self.state}): no process to ask")
         try:
             wait = STACKS_ANSWER_SECONDS + (NATIVE_SECONDS if native else 0) + 5
-            reply = self._request(stacks_request(native), timeout=wait)
+            reply = self.request(stacks_request(native), timeout=wait)
         except OSError as exc:
             raise RuntimeError(f"cannot reach job {self.id}'s supervisor: {exc}") from None
         if "file" not in reply:
@@ -231,7 +233,7 @@ class Job:
         epoch end); the supervisor then relaunches at the new size. Returns once the
         request is taken.
         """
-        reply = self._request(scale_request(workers))
+        reply = self.request(scale_request(workers))
         if not reply.get("ok"):
             raise ValueError(reply.get("error", "scale refused"))
 
@@ -245,7 +247,7 @@ class Job:
         """Stop some of the job's processes (``ProcessId("worker", 1)`` or ``"worker-1"``);
         all of them stops the job. With ``wait``, until those processes have ended."""
         wanted = {p if isinstance(p, ProcessId) else ProcessId.parse(p) for p in processes}
-        self._tell(stop_processes_request(sorted(wanted)))
+        self.tell(stop_processes_request(sorted(wanted)))
         if wait:
             poll_until(lambda: self._ended(wanted), self.spec.grace + 10, POLL_SECONDS)
 

@@ -14,6 +14,7 @@ from ..contract.cellcheck import elastic_warnings, undefined_names
 from ..contract.spec import JobSpec, SpecError
 from ..plugins import check_launcher_options
 from . import api, bench, commands, config
+from . import session as sessions
 from .flags import flag_arguments, spec_from_args
 from .follow import follow, follow_async
 from .job import Job
@@ -100,7 +101,12 @@ class DistributedMagics(Magics):
         """
         if cell is None:
             return self._line_command(line)
-        job, args, view = self._start(line, cell)
+        spec, args = checked_spec(line, cell)
+        if spec.session is not None:
+            run = self._session_cell(spec, args)
+            run.follow()
+            return self._bind_cell_out(run, spec)
+        job, view = self._start(spec)
         if args.background:
             follow_in_background(job, view)
             return job
@@ -110,7 +116,12 @@ class DistributedMagics(Magics):
 
     async def distributed_async(self, line: str, cell: str) -> Any:
         """The cell form, when a kernel runs it as an async cell (see ``async_cell``)."""
-        job, args, view = self._start(line, cell)
+        spec, args = checked_spec(line, cell)
+        if spec.session is not None:
+            run = self._session_cell(spec, args)
+            await run.follow_async()
+            return self._bind_cell_out(run, spec)
+        job, view = self._start(spec)
         if args.background:
             follow_in_background(job, view)
             return job
@@ -120,10 +131,8 @@ class DistributedMagics(Magics):
         self._bind_out(job)
         return None
 
-    def _start(self, line: str, cell: str) -> tuple[Job, Any, JobWidget | TextSummary]:
-        """Parse (the flags' defaults from the config files), check and submit; show the
-        job's view."""
-        spec, args = checked_spec(line, cell)
+    def _start(self, spec: JobSpec) -> tuple[Job, JobWidget | TextSummary]:
+        """Submit a checked spec; show the job's view."""
         try:
             self._warn_undefined(spec)
             for warning in elastic_warnings(spec.code):
@@ -139,7 +148,39 @@ class DistributedMagics(Magics):
         )
         for note in job.notes:
             print(note, flush=True)
-        return job, args, make_view(job)
+        return job, make_view(job)
+
+    def _session_cell(self, spec: JobSpec, args: Any) -> sessions.CellRun:
+        """Start the session with this cell, or hand the cell to its running ranks."""
+        if args.background:
+            raise UsageError("--background is for jobs: a session's cell is followed")
+        job = sessions.find(spec.session or "")
+        if job is None:
+            job, view = self._start(sessions.owned(spec))
+            print(
+                f"Session {spec.session} started: later cells with --session "
+                f"{spec.session} run in the same ranks",
+                flush=True,
+            )
+            return sessions.CellRun(job, 0, view, args.all_output)
+        try:
+            sessions.check_same(job, spec)
+            pushed = api.pickle_pushed(spec.push, self.shell.user_ns)
+            view = make_view(job, from_start=False)
+            out = (bool(spec.out), spec.out_all)
+            return sessions.CellRun.send(job, spec.code, pushed, out, view, args.all_output)
+        except SpecError as exc:
+            raise UsageError(str(exc)) from None
+
+    def _bind_cell_out(self, run: sessions.CellRun, spec: JobSpec) -> None:
+        if run.job.done:  # the session ended during the cell (stopped): said by its view
+            print(f"Session {spec.session} {run.job.state}.", flush=True)
+            return
+        values = run.outcome()
+        if spec.out:
+            if not values:
+                raise sessions.CellFailed(f"--out {spec.out}: no rank sent `result` back")
+            self.shell.user_ns[spec.out] = values if spec.out_all else values[0]
 
     def _bind_out(self, job: Job) -> None:
         out = job.spec.out

@@ -72,6 +72,11 @@ class LaunchedProcess(ABC):
         """Utilisation and memory of the GPUs it was given; None without GPUs or NVML."""
         return None
 
+    def receive_files(self, files: dict[str, bytes]) -> None:
+        """Write ``files`` (by their path in the job directory) into the job directory
+        where the process runs (a session's cells); nothing to do where that directory
+        is the supervisor's own, as on this machine."""
+
     def native_stack(self) -> str:
         """Its threads' native and Python frames now (``py-spy dump --native``), or one
         line saying why they cannot be had (blocks for up to seconds)."""

@@ -228,11 +228,20 @@ class Op:
     STOP_PROCESSES = "stop_processes"  # stop some processes (:func:`stop_processes_request`)
     STACKS = "stacks"  # every live process's stacks, now (:func:`stacks_request`)
     STACKS_TAKEN = "stacks_taken"  # a worker's answer to a stacks request (:func:`stacks_taken`)
+    # a session's cells (``contract/session.py``)
+    CELL = "cell"  # the notebook wrote a cell for every rank (the supervisor relays it)
+    CELL_DONE = "cell_done"  # a rank ran a cell
+    CELL_STATUS = "cell_status"  # which ranks ran a cell, and how
+    INTERRUPT = "interrupt"  # KeyboardInterrupt in every rank's running cell
 
 
-def hello(pid_: ProcessId, pid: int, host: str, address: str) -> dict[str, Any]:
-    """A worker is up: its program is loaded and about to run."""
-    return {"op": Op.HELLO, **pid_.fields(), "pid": pid, "host": host, "address": address}
+def hello(
+    pid_: ProcessId, pid: int, host: str, address: str, cells: bool = False
+) -> dict[str, Any]:
+    """A worker is up: its program is loaded and about to run; ``cells``: it runs a
+    session's cells (a TensorFlow server task of a session does not)."""
+    body = {"op": Op.HELLO, **pid_.fields(), "pid": pid, "host": host, "address": address}
+    return {**body, "cells": True} if cells else body
 
 
 def bye(pid_: ProcessId, pid: int, code: int) -> dict[str, Any]:

@@ -46,6 +46,7 @@ class _JobFields:
     grace: float = 5.0  # seconds between SIGTERM and SIGKILL on stop
     push: list[str] = field(default_factory=list)
     out: str | None = None
+    out_all: bool = False  # --out binds every rank's `result` (a session's), not rank 0's
     workdir: str = field(default_factory=os.getcwd)
     python: str = ""  # interpreter for workers; "" means the supervisor's own
     script: str | None = None  # run this file (resolved on the worker) instead of train.py
@@ -65,6 +66,10 @@ class _JobFields:
     # ssh_port, Ray's ray_address, ...); only those given, the rest take their defaults
     launcher_options: dict[str, Any] = field(default_factory=dict)
     placement: list[dict[str, Any]] = field(default_factory=list)  # set by the launcher
+    # an interactive session (--session NAME): the ranks stay up and run later cells too
+    session: str | None = None
+    keep_session: bool = False  # the session outlives the kernel that started it
+    owner_pid: int = 0  # the kernel that started the session: the session ends with it
 
 
 class JobSpec(_JobFields):
@@ -148,7 +153,27 @@ class JobSpec(_JobFields):
         for name in [*self.push, *([self.out] if self.out else [])]:
             if not _IDENTIFIER_RE.fullmatch(name):
                 raise SpecError(f"{name!r} is not a valid Python variable name")
+        self._validate_session()
         return self
+
+    def _validate_session(self) -> None:
+        if self.session is None:
+            for flag, given in (("--keep-session", self.keep_session), ("--out-all", self.out_all)):
+                if given:
+                    raise SpecError(f"{flag} is for a session: add --session NAME")
+            return
+        if not _NAME_RE.fullmatch(self.session):
+            raise SpecError(
+                f"--session must be 1-40 letters, digits, '_', '.' or '-', got {self.session!r}"
+            )
+        if self.uses_mpirun() or self.script or self.max_restarts:
+            what = (
+                "--script" if self.script else "--max-restarts" if self.max_restarts else "mpirun"
+            )
+            raise SpecError(
+                f"a session cannot use {what}: its ranks keep the cells' state, which a "
+                "restart or another program would lose (run it as a job, without --session)"
+            )
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)

@@ -26,9 +26,17 @@ from .events import (
     StopProcesses,
     StopRequested,
 )
+from .session import CellDone, CellPosted, CellStatusAsked, InterruptRequested
 
 ANSWER_SECONDS = 30.0  # how long a client's request waits for the loop
 STACKS_SECONDS = STACKS_ANSWER_SECONDS + NATIVE_SECONDS  # the longest a collection takes
+
+
+def _cell_index(body: dict[str, Any]) -> int:
+    index = body.get("cell")
+    if not isinstance(index, int) or isinstance(index, bool) or index < 0:
+        raise ValueError(f"not a cell index: {index!r}")
+    return index
 
 
 class Channels:
@@ -90,7 +98,15 @@ class Channels:
             future: Future[dict[str, Any]] = Future()
             self.inbox.post(StacksRequested(future, native=body.get("native") is True))
             return future.result(timeout=ANSWER_SECONDS + STACKS_SECONDS)
-        if op == Op.STOP:
+        if op == Op.CELL_STATUS:
+            return self.inbox.ask(CellStatusAsked(_cell_index(body)), ANSWER_SECONDS)
+        if op == Op.CELL:
+            return self.inbox.ask(CellPosted(_cell_index(body)), ANSWER_SECONDS) or {}
+        if op == Op.CELL_DONE:
+            self.inbox.post(CellDone(body))
+        elif op == Op.INTERRUPT:
+            self.inbox.post(InterruptRequested())
+        elif op == Op.STOP:
             self.inbox.post(StopRequested(str(body.get("reason", "requested"))))
         elif op == Op.STOP_PROCESSES:
             self.inbox.post(StopProcesses([ProcessId.parse(p) for p in body.get("processes", [])]))

@@ -28,6 +28,7 @@ from .outcomes import ProcessEvents
 from .periodic import WATCHES, Saver, StartupDeadline
 from .restarts import Restarts
 from .scaling import Scaling
+from .session import SessionCells
 from .stacks import Stacks
 from .table import ProcessTable
 
@@ -54,9 +55,8 @@ class Supervisor:
         plugins: Callable[[str, str], type] = load_plugin,
         isolation_warning: str | None = None,
     ):
-        """``counts`` and ``publish`` connect the channels (metrics counts, the state that
-        ``status`` requests answer); ``plugins`` finds launcher and backend classes;
-        ``isolation_warning`` says why the launcher could not isolate the job, if so."""
+        """``counts``, ``publish``: the channels' metrics counts and status answer;
+        ``plugins`` finds plugins; ``isolation_warning``: why the job is not isolated."""
         self.job = job
         self.spec = job.read_spec()
         self.inbox = inbox
@@ -79,9 +79,10 @@ class Supervisor:
         self.processes = ProcessEvents(self)
         self.startup = StartupDeadline(self)
         self.stacks = Stacks(self)
+        self.session = SessionCells(self)
         self.restarts = Restarts(self)
-        watches = [watch(self) for watch in WATCHES]
-        self.duties = [self.startup, self.stacks, *watches, Saver(self)]  # Saver saves the rest
+        self.duties = [self.startup, self.stacks, self.session, *(w(self) for w in WATCHES)]
+        self.duties.append(Saver(self))  # last: it saves what the others changed
         self._loop_thread = threading.get_ident()
 
     @property
@@ -130,6 +131,7 @@ class Supervisor:
             ev.ScaleRequested: lambda e: self.scaling.request(e.workers),
             ev.StartProcess: lambda e: self.start_process(e.proc),
             **self.stacks.handlers(),
+            **self.session.handlers(),
             ev.BackendDone: lambda e: self.on_backend_done(e.error),
         }[type(event)]
         return handler(event)
@@ -238,8 +240,7 @@ class Supervisor:
         self.save()
 
     def close(self) -> None:
-        """The last save, once the metrics channel has stored everything: the rows get
-        each process's last step, and the counts are final."""
+        """The last save, once the metrics channel has stored everything (last steps)."""
         self.drain_inbox()
         self.save()
 

@@ -61,6 +61,7 @@ class ProcessEvents:
         record.host = str(body.get("host") or record.host)
         record.address = str(body.get("address") or record.address)
         record.state = "running"
+        entry.runs_cells = body.get("cells") is True and sup.spec.session is not None
         entry.last_heard = time.monotonic()
         sup.job.append_event("process_up", process=str(record.id), pid=record.pid)
         if sup.status.state == "launching" and sup.table.all_up():
@@ -133,7 +134,7 @@ class ProcessEvents:
             sup.scaling.member_ended(record)
             return
         assert sup.gen is not None
-        outcome = sup.gen.backend.outcome(sup.table.rows(), record)
+        outcome = sup.gen.backend.outcome(sup.table.rows(), record) or sup.session.outcome(record)
         if outcome is None:
             if code:
                 sup.job.append_event("process_lost", process=str(record.id), code=code)

@@ -71,6 +71,7 @@ import time
 from typing import TYPE_CHECKING
 
 from ..contract.process import CHECKPOINT_EXIT
+from ..contract.session import SCALE_REFUSED
 from ..contract.status import ProcessRecord
 from ..timing import Deadline
 from .restarts import next_generation
@@ -95,6 +96,8 @@ class Scaling:
     def request(self, workers: int) -> None:
         """Scale to ``workers``; raises ValueError when the job cannot scale now."""
         sup = self.supervisor
+        if sup.spec.session is not None:
+            raise ValueError(SCALE_REFUSED)
         if sup.status.state != "running":
             raise ValueError(f"cannot scale a job that is {sup.status.state}")
         if workers == sup.spec.workers:

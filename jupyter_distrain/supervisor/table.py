@@ -19,6 +19,7 @@ class Entry:
     host: ProcessId | None = None  # the helper that starts it (mpirun), if any
     last_heard: float | None = None  # monotonic time of its last hello, record or heartbeat
     last_step_at: float | None = None  # monotonic time its step last changed
+    runs_cells: bool = False  # it runs a session's cells (its hello said so)
 
 
 class ProcessTable:

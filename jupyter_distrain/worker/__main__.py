@@ -29,6 +29,7 @@ Design decision
 from __future__ import annotations
 
 import faulthandler
+import functools
 import os
 import signal
 import socket
@@ -42,6 +43,7 @@ from typing import Any
 from ..contract import control, metrics
 from ..contract import process as contract
 from ..contract.process import Env, Mode, ProcessId, WorkerChannels
+from ..contract.session import Cell
 from ..contract.store import JobDir
 from . import (
     allocator,
@@ -50,6 +52,7 @@ from . import (
     instrument,
     jax_hook,
     keras_hook,
+    session,
     stacks,
     threads,
     torch_hook,
@@ -145,8 +148,18 @@ def run_tf1(namespace: dict[str, Any]) -> None:
         server.join()
 
 
-def run_program(job: JobDir, path: Path, program: CodeType, mode: str, rank: int) -> int:
-    """Execute the program in a fresh ``__main__`` namespace; return the exit code."""
+def run_program(
+    job: JobDir,
+    path: Path,
+    program: CodeType,
+    mode: str,
+    rank: int,
+    channels: WorkerChannels,
+    session_cell: Cell | None = None,
+) -> int:
+    """Execute the program in a fresh ``__main__`` namespace; return the exit code. In a
+    session (``session_cell``: the program as cell 0) the rank then runs later cells
+    until it is stopped (:mod:`.session`)."""
     sys.argv = [str(path)]
     sys.path.insert(0, os.getcwd())
     namespace: dict[str, Any] = {"__name__": "__main__", "__file__": str(path)}
@@ -159,6 +172,10 @@ def run_program(job: JobDir, path: Path, program: CodeType, mode: str, rank: int
             import tensorflow as tf
 
             tf.compat.v1.disable_eager_execution()  # TF1 programs build graphs
+        if session_cell is not None:
+            tell = functools.partial(_tell_supervisor, channels)
+            rank_id = contract.identity_from(os.environ)
+            return session.serve(job.path, rank_id, rank, (session_cell, program), namespace, tell)
         exec(program, namespace)
         if mode == Mode.TF1_RUN:
             run_tf1(namespace)
@@ -170,7 +187,7 @@ def run_program(job: JobDir, path: Path, program: CodeType, mode: str, rank: int
         return 1
     finally:
         torch_hook.settle()  # before the namespace goes (a process group may go with it)
-    if rank == 0 and os.environ.get(Env.OUT):
+    if rank == 0 and os.environ.get(Env.OUT) and session_cell is None:
         try:
             _save_result(job, namespace)
         except Exception as exc:
@@ -236,9 +253,18 @@ def main() -> int:
     # stack to the log before the process dies: the cell shows where it was, not a code
     faulthandler.enable(all_threads=False)
     address = os.environ.get(Env.ADDRESS, "")
-    _tell_supervisor(channels, contract.hello(me, os.getpid(), socket.gethostname(), address))
-    metrics.reporter()  # heartbeats from now on: silence means a hung process
     mode = Mode.from_env(os.environ)
+    spec = job.read_spec()
+    first_cell = (
+        Cell(0, "", out=bool(spec.out), out_all=spec.out_all)
+        if spec.session is not None and mode == Mode.TRAIN
+        else None
+    )
+    hello = contract.hello(
+        me, os.getpid(), socket.gethostname(), address, cells=first_cell is not None
+    )
+    _tell_supervisor(channels, hello)
+    metrics.reporter()  # heartbeats from now on: silence means a hung process
     threads.share_cores(mode)
     if os.environ.get(Env.BACKEND) == "torch":
         allocator.keep_freed_memory()
@@ -252,7 +278,7 @@ def main() -> int:
         elastic=bool(os.environ.get("HOROVOD_ELASTIC")),
         convert_horovod=os.environ.get(Env.HOROVOD_AUTOGRAPH) == "1",
     )
-    code = run_program(job, path, program, mode, rank)
+    code = run_program(job, path, program, mode, rank, channels, first_cell)
     # Python gives SIGUSR1 back its default action while it shuts down: a checkpoint
     # request arriving then would kill the process that just checkpointed
     signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGUSR1})

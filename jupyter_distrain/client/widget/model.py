@@ -109,9 +109,11 @@ def time_to_first_step(first_step_time: float | None, created: float | None) -> 
 class JobModel:
     """What the views show, computed from the store; independent of any UI."""
 
-    def __init__(self, job: Job):
+    def __init__(self, job: Job, from_start: bool = True):
+        """``from_start``: the job's metrics from its start, else from now (a session's
+        cell shows its own steps)."""
         self.job = job
-        self.metrics = LineReader(job.dir.metrics_file)
+        self.metrics = LineReader(job.dir.metrics_file, from_start)
         self.series: dict[str, deque[tuple[int, float]]] = defaultdict(
             lambda: deque(maxlen=CHART_POINTS)
         )

@@ -58,8 +58,10 @@ class TextSummary:
     """The terminal's view: a line every few seconds and on each change of state, and
     one at the end."""
 
-    def __init__(self, job: Job, every: float = 5.0, out: TextIO | None = None):
-        self.model = JobModel(job)
+    def __init__(
+        self, job: Job, every: float = 5.0, out: TextIO | None = None, from_start: bool = True
+    ):
+        self.model = JobModel(job, from_start)
         self.lines = SummaryLines(every, out)
 
     def refresh(self, force: bool = False, status: JobStatus | None = None) -> None:

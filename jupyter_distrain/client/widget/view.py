@@ -39,9 +39,9 @@ class JobWidget(widgets.VBox):
     compiled_programs = traitlets.Unicode("")  # "13 of 13 compiled programs reused"
     redraws = traitlets.Int(0)
 
-    def __init__(self, job: Job, **kwargs: Any):
+    def __init__(self, job: Job, from_start: bool = True, **kwargs: Any):
         self.job = job
-        self.model = JobModel(job)
+        self.model = JobModel(job, from_start)
         self._last_draw = 0.0
         self.display_handle: Any = None  # set by make_view; the final snapshot goes there
         self.text_fallback: TextFallback | None = None  # set by keep_text_live
@@ -215,11 +215,12 @@ def _in_kernel() -> bool:
     return shell is not None and getattr(shell, "kernel", None) is not None
 
 
-def make_view(job: Job) -> JobWidget | TextSummary:
-    """The job's widget in a notebook (displayed now), a text summary in a terminal."""
+def make_view(job: Job, from_start: bool = True) -> JobWidget | TextSummary:
+    """The job's widget in a notebook (displayed now), a text summary in a terminal;
+    ``from_start``: of the job's metrics from its start, else from now."""
     if not _in_kernel():
-        return TextSummary(job)
-    widget = JobWidget(job)
+        return TextSummary(job, from_start=from_start)
+    widget = JobWidget(job, from_start)
     widget.display_handle = display(widget, display_id=True)
     return widget
 

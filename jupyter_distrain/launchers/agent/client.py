@@ -15,6 +15,7 @@ are over (its leftovers, removed there).
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import hashlib
 import io
@@ -30,7 +31,7 @@ from ...contract.control import CONTROL_FILE, ControlInfo
 from ...contract.handoff import Handoff
 from ...contract.launch import LaunchedProcess
 from ...version import __version__
-from .host import CARRIED, COPIED, HANDED, KILL, MARK, PING, PROTOCOL, SIGNAL
+from .host import CARRIED, COPIED, FILE, HANDED, KILL, MARK, PING, PROTOCOL, SIGNAL
 
 log = logging.getLogger(__name__)
 
@@ -182,6 +183,10 @@ class AgentClient:
         """``run``: send ``sig`` to the agent's process (and its tree, with ``tree``)."""
         self.send(f"{SIGNAL} {int(sig)} {int(tree)}")
 
+    def send_file(self, name: str, data: bytes) -> None:
+        """``run``: write ``data`` as ``name`` in the job's directory on the agent's host."""
+        self.send(f"{FILE} {name} {base64.b64encode(data).decode()}")
+
     def kill(self, pid: int, sig: int) -> None:
         """``guard``: send ``sig`` to the job's process ``pid`` on the agent's host."""
         self.send(f"{KILL} {int(pid)} {int(sig)}")
@@ -237,6 +242,10 @@ class AgentProcess(LaunchedProcess):
 
     def signal(self, sig: int, tree: bool = False) -> None:
         self.agent.signal(sig, tree)
+
+    def receive_files(self, files: dict[str, bytes]) -> None:
+        for name, data in files.items():
+            self.agent.send_file(name, data)
 
     def memory_bytes(self) -> int:
         return self.agent.rss

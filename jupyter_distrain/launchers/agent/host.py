@@ -47,6 +47,7 @@ when the session opens, before the agent has unpacked the job's directory.
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import io
 import json
@@ -65,19 +66,22 @@ from typing import IO, Any, Protocol
 
 from ... import processes
 from ...contract.handoff import memory_file
+from ...contract.private import write_atomic
 from ...contract.process import Env
+from ...contract.session import CELLS_DIR, is_cell_file
 from ...version import __version__
 
 # What the launcher and this agent must agree on: raised with every change to the
 # commands, their arguments or their answers (the pre-flight refuses another).
-PROTOCOL = 6
+PROTOCOL = 7
 JOBS_ROOT = ".jupyter_distrain/jobs"  # under the user's home: JOB/HOSTNAME per job and host
 UNPACKED = ".unpacked"  # in a job's host directory: the generation whose files are there
 OWNER = "owner"  # in a job's host directory: the id of the notebook that made it
 MARK = "\x1ejupyter_distrain "  # starts every line the agent writes to stderr
 # The command lines the launcher sends on stdin (:class:`.client.AgentClient`): ``ping``
-# (any line counts as one), ``signal SIG TREE`` (``run``), ``kill PID SIG`` (``guard``).
-PING, SIGNAL, KILL = "ping", "signal", "kill"
+# (any line counts as one), ``signal SIG TREE`` (``run``), ``kill PID SIG`` (``guard``),
+# ``file NAME BASE64`` (``run``: a session's cell for the job's directory here).
+PING, SIGNAL, KILL, FILE = "ping", "signal", "kill", "file"
 HEARTBEAT_TIMEOUT = 10.0  # seconds without a ping before the agent kills its process
 REPORT_SECONDS = 2.0  # how often memory is reported
 SOCKET_WAIT = 10.0  # seconds to wait for ssh's forwarded sockets to appear
@@ -448,7 +452,7 @@ def run(directory: Path) -> int:
     try:
         create_time = psutil.Process(process.pid).create_time()
         report(pid=process.pid, create_time=create_time, pooled=pooled is not None)
-        return _serve(process, commands)
+        return _serve(process, commands, directory)
     except OSError:  # the connection is gone (a write to it failed)
         _kill_all(process)
         return 1
@@ -510,7 +514,17 @@ def _start(request: dict[str, Any], env: dict[str, str]) -> subprocess.Popen[byt
     return process
 
 
-def _serve(process: Running, commands: CommandReader) -> int:
+def write_cell_file(directory: Path, name: str, data: str) -> None:
+    """A session's cell file, relayed by the supervisor, into the job's directory here
+    (only the names a cell has: ``session/N.json``, ``session/N.push.pkl``)."""
+    if not is_cell_file(name):
+        sys.stderr.write(f"not a cell file: {name[:80]!r}\n")
+        return
+    (directory / CELLS_DIR).mkdir(mode=0o700, exist_ok=True)
+    write_atomic(directory / name, base64.b64decode(data))
+
+
+def _serve(process: Running, commands: CommandReader, directory: Path) -> int:
     """Relay commands and reports until the process exits; kill it when cut off."""
     heard = reported = time.monotonic()
     code: int | None = None
@@ -522,6 +536,8 @@ def _serve(process: Running, commands: CommandReader) -> int:
             if words[:1] == [SIGNAL.encode()] and len(words) == 3:
                 killed = killed or int(words[1]) == signal.SIGKILL
                 _signal(process, int(words[1]), words[2] == b"1")
+            elif words[:1] == [FILE.encode()] and len(words) == 3:
+                write_cell_file(directory, words[1].decode(errors="replace"), words[2].decode())
         if commands.closed:  # the connection or the launcher is gone
             _kill_all(process)
             return 1

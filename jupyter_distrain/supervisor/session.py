@@ -1,0 +1,205 @@
+"""A session's cells in the supervisor (``contract/session.py`` says how cells travel).
+
+The duty keeps which ranks ran each recent cell and how (``Op.CELL_DONE``), answers the
+notebook's ``Op.CELL_STATUS``, relays a new cell's files to the hosts whose processes
+do not share the job directory (``Op.CELL``), and sends SIGINT to the ranks still in
+a cell on ``Op.INTERRUPT``. When a rank's cell fails, the others still in it are
+interrupted too (their next collective would wait for it for ever); a rank not back at
+its prompt ``INTERRUPT_SECONDS`` after an interrupt is stuck (in a collective, most
+often): the session fails, saying which ranks and where they are (their stacks). A
+session ends with the kernel that started it, unless ``--keep-session``.
+"""
+
+from __future__ import annotations
+
+import logging
+import signal
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from .. import processes
+from ..backends.base import Outcome, failed_first
+from ..contract import session as cells
+from ..contract.process import ProcessId
+from ..contract.session import CellState
+from .periodic import Periodic
+
+if TYPE_CHECKING:
+    from ..contract.stacks import StacksReport
+    from ..contract.status import ProcessRecord
+    from .core import Supervisor
+    from .table import Entry
+
+log = logging.getLogger(__name__)
+
+INTERRUPT_SECONDS = 10.0  # how long ranks have to come back to their prompt
+KEPT_CELLS = 4  # the answers kept per session: the notebook asks about the latest
+
+
+@dataclass
+class CellPosted:
+    """The notebook wrote cell ``index`` (control channel)."""
+
+    index: int
+
+
+@dataclass
+class CellDone:
+    """A rank ran a cell (control channel)."""
+
+    body: dict[str, Any]
+
+
+@dataclass
+class CellStatusAsked:
+    """The notebook asks which ranks ran cell ``index`` (answered through ``Request``)."""
+
+    index: int
+
+
+@dataclass
+class InterruptRequested:
+    """The notebook interrupted the running cell (control channel)."""
+
+    reason: str = "interrupted from the notebook"
+
+
+@dataclass
+class _Cell:
+    """What the supervisor knows of one cell."""
+
+    posted: float = field(default_factory=time.monotonic)
+    answers: dict[str, dict[str, Any]] = field(default_factory=dict)
+    interrupted: float | None = None  # when its ranks were interrupted
+
+
+class SessionCells(Periodic):
+    """The supervisor's session duty (idle for a job that is not a session)."""
+
+    interval = 0.5
+
+    def __init__(self, supervisor: Supervisor):
+        super().__init__(supervisor)
+        self.active = supervisor.spec.session is not None
+        self.cells: dict[int, _Cell] = {0: _Cell()}
+        self.latest = 0
+        self.failing = False
+        # the kernel that started the session, known by its start time too (a pid reused
+        # later is not it): read now, while the kernel waits for the session to start
+        owner = supervisor.spec.owner_pid if not supervisor.spec.keep_session else 0
+        self.owner = (owner, processes.start_time(owner)) if owner else None
+
+    def handlers(self) -> dict[type, Callable[[Any], Any]]:
+        """What the loop does with this duty's events."""
+        return {
+            CellPosted: lambda e: self.posted(e.index),
+            CellDone: lambda e: self.done(e.body),
+            CellStatusAsked: lambda e: self.answer(e.index),
+            InterruptRequested: lambda e: self.interrupt(e.reason),
+        }
+
+    def runners(self) -> list[Entry]:
+        """The processes that run the session's cells (their hello said so)."""
+        return [e for e in self.supervisor.table.members.values() if e.runs_cells]
+
+    def busy_since(self) -> float | None:
+        """Since when (monotonic) the latest cell runs; None when every rank is at its
+        prompt (or this is not a session): a rank at its prompt takes no steps."""
+        if not self.active:
+            return None
+        cell = self.cells.get(self.latest)
+        return None if cell is None or self._finished(cell) else cell.posted
+
+    def _finished(self, cell: _Cell) -> bool:
+        runners = self.runners()
+        return bool(runners) and all(str(e.record.id) in cell.answers for e in runners)
+
+    def posted(self, index: int) -> None:
+        if not self.active or index <= self.latest:
+            raise ValueError(f"cell {index} is not the session's next cell")
+        self.latest = index
+        self.cells[index] = _Cell()
+        for old in [i for i in self.cells if i <= index - KEPT_CELLS]:
+            del self.cells[old]
+        files = cells.cell_files(self.supervisor.job.path, index)
+        hosts: set[str] = set()
+        for entry in self.runners():
+            if entry.handle is None or entry.record.host in hosts or not entry.handle.alive:
+                continue
+            hosts.add(entry.record.host)
+            entry.handle.receive_files(files)
+
+    def done(self, body: dict[str, Any]) -> None:
+        pid, index, state = ProcessId.of(body), body.get("cell"), body.get("state")
+        entry = self.supervisor.table.entry(pid)
+        cell = self.cells.get(index) if isinstance(index, int) else None
+        if cell is None or entry is None or not entry.runs_cells or not isinstance(state, str):
+            return
+        answer = {"state": state, "error": str(body.get("error", ""))[:2000]}
+        if isinstance(body.get("result"), str):
+            answer["result"] = body["result"]
+        cell.answers[str(pid)] = answer
+        if state == CellState.ERROR and cell.interrupted is None and not self._finished(cell):
+            self._interrupt(cell, f"{pid.describe()}'s cell failed")  # type: ignore[union-attr]
+
+    def answer(self, index: int) -> dict[str, Any]:
+        """Which ranks ran cell ``index`` and how; ``runners``: who runs cells."""
+        cell = self.cells.get(index)
+        return {
+            "runners": sorted(str(e.record.id) for e in self.runners()),
+            "answers": {} if cell is None else cell.answers,
+        }
+
+    def interrupt(self, reason: str) -> None:
+        cell = self.cells.get(self.latest)
+        if cell is not None and not self._finished(cell):
+            self._interrupt(cell, reason)
+
+    def _interrupt(self, cell: _Cell, reason: str) -> None:
+        """SIGINT to every rank still in ``cell``."""
+        cell.interrupted = time.monotonic()
+        asked = [e for e in self.runners() if str(e.record.id) not in cell.answers]
+        self.supervisor.job.append_event(
+            "cell_interrupted", reason=reason, processes=[str(e.record.id) for e in asked]
+        )
+        for entry in asked:
+            if entry.handle is not None:
+                try:
+                    entry.handle.signal(signal.SIGINT)
+                except (OSError, RuntimeError) as exc:
+                    log.warning("cannot interrupt %s: %s", entry.record.id, exc)
+
+    def outcome(self, ended: ProcessRecord) -> Outcome | None:
+        """A session's end when one of its processes ends (the others wait at their
+        prompt for cells it will never run): failed when it failed, else succeeded
+        (a cell's ``sys.exit(0)``); None for a job that is not a session."""
+        if not self.active:
+            return None
+        return failed_first([ended], ended) if ended.exit_code else Outcome("succeeded")
+
+    def run(self) -> None:
+        sup = self.supervisor
+        if not self.active or sup.status.done or self.failing:
+            return
+        if self.owner is not None and processes.same_process(*self.owner) is None:
+            sup.stop(f"the kernel that started session {sup.spec.session} ended")
+            return
+        cell = self.cells.get(self.latest)
+        if cell is None or cell.interrupted is None or self._finished(cell):
+            return
+        if time.monotonic() - cell.interrupted < INTERRUPT_SECONDS:
+            return
+        stuck = [e.record.id for e in self.runners() if str(e.record.id) not in cell.answers]
+        text = (
+            f"{', '.join(p.describe() for p in stuck)} did not come back to the prompt within "
+            f"{INTERRUPT_SECONDS:g} s of an interrupt (stuck in a collective or native code): "
+            "the session is ended"
+        )
+        self.failing = True
+        sup.stacks.request("interrupt", then=lambda report: sup.fail(_with_stacks(text, report)))
+
+
+def _with_stacks(text: str, report: StacksReport | None) -> str:
+    return text if report is None else f"{text}\n{report.text()}"

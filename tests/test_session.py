@@ -1,0 +1,125 @@
+"""Interactive sessions from a real kernel (``%%distributed --session NAME``): ranks that
+stay up between cells, their state kept; interrupts, crashes, Stop and kernel shutdown."""
+
+from __future__ import annotations
+
+import time
+
+from conftest import job_pids, only_job, running, wait_for
+
+from jupyter_distrain.client.job import Job
+
+TORCH_START = """%%distributed --session s --workers 2 --backend torch
+import torch
+import torch.distributed as dist
+dist.init_process_group()
+rank = dist.get_rank()
+torch.manual_seed(rank)
+model = torch.nn.parallel.DistributedDataParallel(torch.nn.Linear(8, 1))
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+def train(steps):
+    for _ in range(steps):
+        x = torch.randn(16, 8)
+        loss = model(x).pow(2).mean()
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    return loss.item()
+print("ready on rank", rank, "of", dist.get_world_size())
+"""
+
+
+def _gone(pids: list[int]) -> bool:
+    return not any(running(p) for p in pids)
+
+
+def _logs_saying(job: Job, text: str) -> int:
+    """How many of the job's processes have printed ``text``."""
+    return sum(text in p.read_text(errors="replace") for p in job.dir.log_files().values())
+
+
+def test_a_torch_session_keeps_state_across_cells_and_its_ranks_agree(kernel, jobs_root):
+    out = kernel.execute(TORCH_START)
+    assert out.error is None, out.stderr + out.stdout
+    assert "ready on rank 0 of 2" in out.stdout and "ready on rank 1 of 2" in out.stdout
+    job = Job(only_job(jobs_root))
+    pids = job_pids(job.dir)
+    # a later cell: the same processes, the model from the first cell, DDP in step
+    out = kernel.execute(
+        "%%distributed --session s --out weights --out-all\n"
+        "last = train(20)\n"
+        "result = [p.detach().clone() for p in model.parameters()]\n"
+        "print('trained on rank', rank, 'in pid', __import__('os').getpid())\n"
+    )
+    assert out.error is None, out.stderr + out.stdout
+    assert "trained on rank 0" in out.stdout and "trained on rank 1" in out.stdout
+    assert "ready on rank" not in out.stdout  # only this cell's output
+    assert job_pids(job.dir) == pids and job.state == "running"
+    out = kernel.execute(
+        "import torch\n"
+        "print(len(weights), all(torch.equal(a, b) for a, b in zip(*weights)))"
+    )
+    assert out.stdout.strip() == "2 True", out.stdout + out.stderr
+    # a notebook value pushed in; rank 0's `result` back
+    kernel.execute("lr = 0.01")
+    out = kernel.execute(
+        "%%distributed --session s --push lr --out final\n"
+        "for g in opt.param_groups:\n    g['lr'] = lr\n"
+        "result = (rank, opt.param_groups[0]['lr'], train(5))\n"
+    )
+    assert out.error is None, out.stderr + out.stdout
+    out = kernel.execute("print(final[:2])")
+    assert out.stdout.strip() == "(0, 0.01)"
+    listed = kernel.execute("%distributed list").stdout
+    assert job.id in listed and "session s" in listed
+    out = kernel.execute(f"%distributed stop {job.id}")
+    wait_for(lambda: _gone(pids), 15, what="the session's processes to end")
+
+
+def test_an_interrupt_leaves_the_session_usable_and_a_crash_ends_it(kernel, jobs_root):
+    out = kernel.execute("%%distributed --session i --workers 2 --backend plain\ncount = 0\n")
+    assert out.error is None, out.stderr + out.stdout
+    job = Job(only_job(jobs_root))
+    pids = job_pids(job.dir)
+    msg = kernel.submit(
+        "%%distributed --session i\nimport time\nprint('sleeping', flush=True)\n"
+        "time.sleep(600)\n"
+    )
+    wait_for(lambda: _logs_saying(job, "sleeping") == 2, 30, what="both ranks asleep")
+    kernel.km.interrupt_kernel()
+    out = kernel.collect(msg, timeout=60)
+    assert "KeyboardInterrupt" in out.error_text + out.stdout + out.stderr
+    assert job.state == "running"
+    out = kernel.execute("%%distributed --session i --out c\ncount += 1\nresult = count\n")
+    assert out.error is None, out.stderr + out.stdout
+    assert kernel.execute("print(c)").stdout.strip() == "1"
+    # a cell that raises on one rank: the others are interrupted, the session goes on
+    out = kernel.execute(
+        "%%distributed --session i\nimport os, time\n"
+        "if os.environ['JUPYTER_DISTRAIN_RANK'] == '1':\n    1 / 0\ntime.sleep(600)\n"
+    )
+    assert "failed on rank 1: ZeroDivisionError" in out.error_text, out.error_text
+    assert "ZeroDivisionError" in out.stdout + out.stderr  # the rank's traceback
+    assert job.state == "running"
+    # a rank that dies ends the session, with nothing left
+    started = time.monotonic()
+    out = kernel.execute(
+        "%%distributed --session i\nimport os\n"
+        "if os.environ['JUPYTER_DISTRAIN_RANK'] == '1':\n    os._exit(3)\n"
+    )
+    assert "exit code 3" in out.error_text + out.stdout + out.stderr, out.error_text
+    assert time.monotonic() - started < 20
+    wait_for(lambda: _gone(pids), 15, what="the session's processes to end")
+    assert job.state == "failed"
+
+
+def test_a_session_ends_with_its_kernel(kernel, new_kernel, jobs_root):
+    other = new_kernel()
+    out = other.execute("%%distributed --session k --workers 2 --backend plain\nx = 1\n")
+    assert out.error is None, out.stderr + out.stdout
+    job = Job(only_job(jobs_root))
+    pids = job_pids(job.dir)
+    other.shutdown()
+    wait_for(lambda: job.done, 15, what="the session to end with its kernel")
+    assert job.state == "stopped"
+    wait_for(lambda: _gone(pids), 15, what="the session's processes to end")
