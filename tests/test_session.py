@@ -9,7 +9,7 @@ from conftest import job_pids, only_job, running, wait_for
 
 from jupyter_distrain.client.job import Job
 
-TORCH_START = """%%distributed --session s --workers 2 --backend torch
+TORCH_SESSION = """%%distributed --session s --workers 2 --backend torch
 import torch
 import torch.distributed as dist
 dist.init_process_group()
@@ -39,7 +39,7 @@ def _logs_saying(job: Job, text: str) -> int:
 
 
 def test_a_torch_session_keeps_state_across_cells_and_its_ranks_agree(kernel, jobs_root):
-    out = kernel.execute(TORCH_START)
+    out = kernel.execute(TORCH_SESSION)
     assert out.error is None, out.stderr + out.stdout
     assert "ready on rank 0 of 2" in out.stdout and "ready on rank 1 of 2" in out.stdout
     job = Job(only_job(jobs_root))
@@ -56,8 +56,7 @@ def test_a_torch_session_keeps_state_across_cells_and_its_ranks_agree(kernel, jo
     assert "ready on rank" not in out.stdout  # only this cell's output
     assert job_pids(job.dir) == pids and job.state == "running"
     out = kernel.execute(
-        "import torch\n"
-        "print(len(weights), all(torch.equal(a, b) for a, b in zip(*weights)))"
+        "import torch\nprint(len(weights), all(torch.equal(a, b) for a, b in zip(*weights)))"
     )
     assert out.stdout.strip() == "2 True", out.stdout + out.stderr
     # a notebook value pushed in; rank 0's `result` back
@@ -82,8 +81,7 @@ def test_an_interrupt_leaves_the_session_usable_and_a_crash_ends_it(kernel, jobs
     job = Job(only_job(jobs_root))
     pids = job_pids(job.dir)
     msg = kernel.submit(
-        "%%distributed --session i\nimport time\nprint('sleeping', flush=True)\n"
-        "time.sleep(600)\n"
+        "%%distributed --session i\nimport time\nprint('sleeping', flush=True)\ntime.sleep(600)\n"
     )
     wait_for(lambda: _logs_saying(job, "sleeping") == 2, 30, what="both ranks asleep")
     kernel.km.interrupt_kernel()
@@ -100,6 +98,12 @@ def test_an_interrupt_leaves_the_session_usable_and_a_crash_ends_it(kernel, jobs
     )
     assert "failed on rank 1: ZeroDivisionError" in out.error_text, out.error_text
     assert "ZeroDivisionError" in out.stdout + out.stderr  # the rank's traceback
+    assert job.state == "running"
+    # an interrupt that reached a rank at its prompt, before it took the cell: the cell
+    # is marked interrupted first, and the rank does not run it
+    (job.dir.path / "session" / "4.interrupt").write_bytes(b"")
+    out = kernel.execute("%%distributed --session i\nprint('ran anyway')\n")
+    assert "interrupted" in out.error_text and "ran anyway" not in out.stdout, out.error_text
     assert job.state == "running"
     # a rank that dies ends the session, with nothing left
     started = time.monotonic()
@@ -123,3 +127,25 @@ def test_a_session_ends_with_its_kernel(kernel, new_kernel, jobs_root):
     wait_for(lambda: job.done, 15, what="the session to end with its kernel")
     assert job.state == "stopped"
     wait_for(lambda: _gone(pids), 15, what="the session's processes to end")
+
+
+def test_a_rank_stuck_in_a_collective_after_an_interrupt_ends_the_session_with_its_stack(
+    kernel, jobs_root
+):
+    out = kernel.execute(TORCH_SESSION)
+    assert out.error is None, out.stderr + out.stdout
+    job = Job(only_job(jobs_root))
+    pids = job_pids(job.dir)
+    msg = kernel.submit(
+        "%%distributed --session s\nimport time\nprint('in', flush=True)\n"
+        "if rank == 0:\n    dist.barrier()\nelse:\n    time.sleep(600)\n"
+    )
+    wait_for(lambda: _logs_saying(job, "in") == 2, 30, what="both ranks in the cell")
+    time.sleep(0.5)  # rank 0 inside the barrier
+    kernel.km.interrupt_kernel()
+    out = kernel.collect(msg, timeout=60)
+    said = out.error_text + out.stdout + out.stderr
+    assert "rank 0 did not come back to the prompt" in said, said
+    assert "barrier" in said  # where it is stuck: its stack
+    wait_for(lambda: _gone(pids), 15, what="the session's processes to end")
+    assert job.state == "failed"

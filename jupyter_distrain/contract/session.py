@@ -91,6 +91,20 @@ def read_cell(job_path: Path, index: int) -> Cell | None:
         return None
 
 
+def interrupt_file(job_path: Path, index: int) -> Path:
+    """Written before a cell's ranks are sent SIGINT: a rank that takes the cell after
+    the signal came does not run it."""
+    return cells_dir(job_path) / f"{index}.interrupt"
+
+
+def mark_interrupted(job_path: Path, index: int) -> dict[str, bytes]:
+    """Mark cell ``index`` interrupted here; the file, for other hosts."""
+    path = interrupt_file(job_path, index)
+    cells_dir(job_path).mkdir(mode=0o700, exist_ok=True)
+    write_atomic(path, b"")
+    return {str(path.relative_to(job_path)): b""}
+
+
 def cell_files(job_path: Path, index: int) -> dict[str, bytes]:
     """Cell ``index``'s files, by their path in the job directory (what the supervisor
     relays to other hosts), the cell itself last."""
@@ -107,7 +121,7 @@ def is_cell_file(name: str) -> bool:
     return (
         len(parts) == 2
         and parts[0] == CELLS_DIR
-        and (parts[1].endswith(".json") or parts[1].endswith(".push.pkl"))
+        and parts[1].endswith((".json", ".push.pkl", ".interrupt"))
         and parts[1].split(".")[0].isdigit()
     )
 

@@ -123,7 +123,10 @@ class SessionCells(Periodic):
         self.cells[index] = _Cell()
         for old in [i for i in self.cells if i <= index - KEPT_CELLS]:
             del self.cells[old]
-        files = cells.cell_files(self.supervisor.job.path, index)
+        self._relay(cells.cell_files(self.supervisor.job.path, index))
+
+    def _relay(self, files: dict[str, bytes]) -> None:
+        """``files`` to the job directory of each host the session runs on."""
         hosts: set[str] = set()
         for entry in self.runners():
             if entry.handle is None or entry.record.host in hosts or not entry.handle.alive:
@@ -164,6 +167,9 @@ class SessionCells(Periodic):
         self.supervisor.job.append_event(
             "cell_interrupted", reason=reason, processes=[str(e.record.id) for e in asked]
         )
+        # the mark first, then the signal: a rank that takes the cell after the signal
+        # came (ignored at its prompt) sees the mark (the agent writes it before it signals)
+        self._relay(cells.mark_interrupted(self.supervisor.job.path, self.latest))
         for entry in asked:
             if entry.handle is not None:
                 try:

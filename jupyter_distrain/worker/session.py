@@ -47,11 +47,16 @@ def compile_cell(cell: Cell) -> CodeType:
     return compile(cell.code, name, "exec")
 
 
-def run_cell(program: CodeType, namespace: dict[str, Any]) -> tuple[str, str]:
+def run_cell(
+    program: CodeType, namespace: dict[str, Any], interrupted: Callable[[], bool]
+) -> tuple[str, str]:
     """Run one cell in ``namespace``: its state, and the one-line error when it failed
-    (the traceback goes to the rank's log). ``sys.exit`` raises :class:`SessionEnded`."""
+    (the traceback goes to the rank's log). ``sys.exit`` raises :class:`SessionEnded`.
+    ``interrupted``: whether the cell was interrupted before this rank took it."""
     signal.signal(signal.SIGINT, signal.default_int_handler)
     try:
+        if interrupted():  # after the handler is set: a later SIGINT raises instead
+            raise KeyboardInterrupt
         exec(program, namespace)
     except SystemExit as exc:
         raise SessionEnded(exc.code) from None
@@ -118,7 +123,8 @@ def serve(
             error = program  # the cell could not be taken
         else:
             try:
-                state, error = run_cell(program, namespace)
+                marked = cells.interrupt_file(job_path, cell.index).exists
+                state, error = run_cell(program, namespace, marked)
             except SessionEnded as end:
                 tell(cells.cell_done(me, cell.index, CellState.OK))
                 raise SystemExit(end.code) from None
