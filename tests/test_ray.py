@@ -39,6 +39,7 @@ from netprobe import (
 )
 from raycluster import HEAD_ADDRESS, QUIET_RAY, RayCluster, ray_cluster
 from test_tf_backends import SEED_PROGRAM
+from test_session import check_a_session_across
 from test_torch import DDP_PROGRAM, ddp_rerun_from_the_pool
 from test_torch import SAID as DDP_SAID
 
@@ -244,6 +245,14 @@ def test_a_torch_ddp_job_runs_one_rank_on_each_node(cluster, driver, jobs_root):
 
 def said_address(job: Job, index: int) -> str:
     return next(p.address for p in job.status().processes if p.index == index)
+
+
+def test_a_torch_session_on_two_nodes_keeps_its_state_and_survives_an_interrupt(
+    cluster, driver, kernel, jobs_root
+):
+    job = check_a_session_across(kernel, cluster.flags(), jobs_root)
+    wait_for(lambda: leftovers(driver, job.id) == [], 15, what="the session's actors to go")
+    assert node_dirs(cluster, job.id) == []
 
 
 def test_a_parameter_server_job_runs_across_the_nodes(cluster, driver, jobs_root):

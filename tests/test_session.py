@@ -129,6 +129,39 @@ def test_a_session_ends_with_its_kernel(kernel, new_kernel, jobs_root):
     wait_for(lambda: _gone(pids), 15, what="the session's processes to end")
 
 
+def check_a_session_across(kernel, flags: str, jobs_root) -> Job:
+    """A torch session on two hosts or nodes (``flags``: the launcher's): its cells reach
+    ranks whose job directory is not the kernel's (relayed by their agents), results
+    come back inline, an interrupt leaves it usable, Stop ends it. Returns the job."""
+    out = kernel.execute(TORCH_SESSION.replace("--backend torch", f"--backend torch {flags}"))
+    assert out.error is None, out.error_text + out.stdout[-3000:]
+    job = Job(only_job(jobs_root))
+    out = kernel.execute(
+        "%%distributed --session s --out weights --out-all\n"
+        "import os\nlast = train(10)\n"
+        "result = (os.environ['JUPYTER_DISTRAIN_ADDRESS'],\n"
+        "          [p.detach().clone() for p in model.parameters()])\n"
+    )
+    assert out.error is None, out.error_text + out.stdout[-3000:]
+    out = kernel.execute(
+        "import torch\nprint(len({a for a, _ in weights}), "
+        "all(torch.equal(a, b) for a, b in zip(weights[0][1], weights[1][1])))"
+    )
+    assert out.stdout.strip() == "2 True", out.stdout + out.stderr
+    asleep = kernel.submit(
+        "%%distributed --session s\nimport time\nprint('sleeping', flush=True)\ntime.sleep(600)\n"
+    )
+    wait_for(lambda: job.logs().count("sleeping") == 2, 60, what="both ranks asleep")
+    kernel.km.interrupt_kernel()
+    out = kernel.collect(asleep, timeout=60)
+    assert "interrupted" in out.error_text, out.error_text + out.stdout
+    out = kernel.execute("%%distributed --session s --out again\nresult = train(2)\n")
+    assert out.error is None, out.error_text + out.stdout[-3000:]
+    kernel.execute(f"%distributed stop {job.id}")
+    assert job.state == "stopped"
+    return job
+
+
 def test_a_rank_stuck_in_a_collective_after_an_interrupt_ends_the_session_with_its_stack(
     kernel, jobs_root
 ):

@@ -37,6 +37,7 @@ from test_ray import (
     handed_job,
     stop_jobs,  # noqa: F401  (autouse: what a test left running is stopped)
 )
+from test_session import check_a_session_across
 from test_tf_backends import SEED_PROGRAM
 from test_torch import DDP_PROGRAM
 from test_torch import SAID as DDP_SAID
@@ -164,6 +165,14 @@ def test_a_torch_ddp_job_runs_one_rank_on_each_node(cluster, jobs_root):
     assert {m.group(4) for m in said} == {rank0}  # MASTER_ADDR: rank 0's node address
     assert said[0].group(5) == said[1].group(5)  # identical weights
     assert {p.address for p in job.status().processes} == set(NODES.values())
+    nothing_left(cluster)
+    assert node_dirs(job.id) == []
+
+
+def test_a_torch_session_on_two_nodes_keeps_its_state_and_survives_an_interrupt(
+    cluster, kernel, jobs_root
+):
+    job = check_a_session_across(kernel, f"{cluster.flags()} --nodes 2", jobs_root)
     nothing_left(cluster)
     assert node_dirs(job.id) == []
 

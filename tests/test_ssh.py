@@ -35,7 +35,7 @@ from test_jax import ALLGATHER, GATHERED
 from test_metrics_widget import KERAS_FIT
 from test_mpi import AVERAGING
 from test_mpi import SAID as MPI_SAID
-from test_session import TORCH_SESSION
+from test_session import check_a_session_across
 from test_tf_backends import SEED_PROGRAM
 from test_torch import DDP_PROGRAM, RESTARTING, ddp_rerun_from_the_pool
 from test_torch import SAID as DDP_SAID
@@ -257,35 +257,7 @@ def test_a_torch_ddp_job_runs_one_rank_on_each_host(cluster, jobs_root):
 def test_a_torch_session_on_two_hosts_keeps_its_state_and_survives_an_interrupt(
     kernel, cluster, jobs_root
 ):
-    """A session's cells reach ranks on other hosts through their agents; results come
-    back inline (the hosts' job directories are their own); Stop leaves nothing there."""
-    out = kernel.execute(
-        TORCH_SESSION.replace("--backend torch", f"--backend torch {cluster.flags()}")
-    )
-    assert out.error is None, out.error_text + out.stdout[-3000:]
-    job = only_job(jobs_root)
-    out = kernel.execute(
-        "%%distributed --session s --out weights --out-all\n"
-        "import socket\nlast = train(10)\n"
-        "result = (socket.gethostname(), [p.detach().clone() for p in model.parameters()])\n"
-    )
-    assert out.error is None, out.error_text + out.stdout[-3000:]
-    out = kernel.execute(
-        "import torch\nprint([h for h, _ in weights], "
-        "all(torch.equal(a, b) for a, b in zip(weights[0][1], weights[1][1])))"
-    )
-    assert out.stdout.strip() == "['jdh1', 'jdh2'] True", out.stdout + out.stderr
-    asleep = kernel.submit(
-        "%%distributed --session s\nimport time\nprint('sleeping', flush=True)\ntime.sleep(600)\n"
-    )
-    wait_for(lambda: job.logs().count("sleeping") == 2, 30, what="both ranks asleep")
-    kernel.km.interrupt_kernel()
-    out = kernel.collect(asleep, timeout=60)
-    assert "interrupted" in out.error_text, out.error_text + out.stdout
-    out = kernel.execute("%%distributed --session s --out again\nresult = train(2)\n")
-    assert out.error is None, out.error_text + out.stdout[-3000:]
-    kernel.execute(f"%distributed stop {job.id}")
-    assert job.state == "stopped"
+    job = check_a_session_across(kernel, cluster.flags(), jobs_root)
     assert wait_until_gone(job.id, 10) == []
     assert remote_dirs(job.id) == []
 

@@ -126,13 +126,12 @@ class SessionCells(Periodic):
         self._relay(cells.cell_files(self.supervisor.job.path, index))
 
     def _relay(self, files: dict[str, bytes]) -> None:
-        """``files`` to the job directory of each host the session runs on."""
-        hosts: set[str] = set()
+        """``files`` to the job directory each rank runs in, where it is not this one
+        (each rank's own: a Ray slot has a directory of its own, and a rank's agent writes
+        the files before it relays the signals sent after them)."""
         for entry in self.runners():
-            if entry.handle is None or entry.record.host in hosts or not entry.handle.alive:
-                continue
-            hosts.add(entry.record.host)
-            entry.handle.receive_files(files)
+            if entry.handle is not None and entry.handle.alive:
+                entry.handle.receive_files(files)
 
     def done(self, body: dict[str, Any]) -> None:
         pid, index, state = ProcessId.of(body), body.get("cell"), body.get("state")

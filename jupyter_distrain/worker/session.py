@@ -116,6 +116,9 @@ def serve(
     """Run cell 0 (``first``: the job's program), then every later cell, in
     ``namespace``; return the exit code a cell's ``sys.exit`` asked for."""
     signal.signal(signal.SIGINT, _ignore)
+    # a process may inherit SIGINT blocked (a Ray worker starts the node's agent so), and
+    # then an interrupt would wait for ever
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
     cell, program = first
     while True:
         state, error, result = CellState.ERROR, "", None

@@ -278,6 +278,9 @@ class RayProcess(LaunchedProcess):
     def signal(self, sig: int, tree: bool = False) -> None:
         self.actor.signal.remote(int(sig), tree)
 
+    def receive_files(self, files: dict[str, bytes]) -> None:
+        self.actor.receive_files.remote(files)
+
     def host_lost(self) -> bool:
         return self._lost
 

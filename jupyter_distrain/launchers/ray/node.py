@@ -153,6 +153,13 @@ class SlotAgent:
         if self.link is not None:
             self.link.agent.signal(sig, tree)
 
+    def receive_files(self, files: dict[str, bytes]) -> None:
+        """A session's cell files, for the slot's directory (through the agent: written
+        before a signal sent after them)."""
+        if self.link is not None:
+            for name, data in files.items():
+                self.link.agent.send_file(name, data)
+
     def hang_up(self) -> None:
         """End the process and whatever it left behind."""
         if self.link is not None:
