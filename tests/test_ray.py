@@ -38,8 +38,8 @@ from netprobe import (
     port_open,
 )
 from raycluster import HEAD_ADDRESS, QUIET_RAY, RayCluster, ray_cluster
-from test_tf_backends import SEED_PROGRAM
 from test_session import check_a_session_across
+from test_tf_backends import SEED_PROGRAM
 from test_torch import DDP_PROGRAM, ddp_rerun_from_the_pool
 from test_torch import SAID as DDP_SAID
 
