@@ -15,6 +15,7 @@ from conftest import failed_seconds_after_exit, fault_row, refusals_without, wai
 from jobscan import left_after, processes_of
 from netprobe import listening_sockets, other_host_namespace, port_open
 from test_pool import _ready_pool, pool_on  # noqa: F401  (pool_on: a fixture)
+from test_session import check_backend_session
 
 from jupyter_distrain import JobSpec, SpecError, submit
 from jupyter_distrain.client.widget.model import JobModel
@@ -373,3 +374,14 @@ def test_a_warm_keras_process_has_what_keras_initialize_imports_already():
     assert second.wait(180) == "succeeded", second.status().error
     assert [p.pooled for p in second.status().processes] == [True, True]
     assert "initialize imported []" in second.logs(ProcessId("worker", 0))
+
+
+def test_a_jax_session_gathers_across_cells(kernel, jobs_root):
+    check_backend_session(
+        kernel,
+        jobs_root,
+        "jax",
+        "import jax, numpy as np\nfrom jax.experimental import multihost_utils\n"
+        "jax.distributed.initialize()\n",
+        "result = int(multihost_utils.process_allgather(np.array([rank + 1])).sum())\n",
+    )

@@ -11,6 +11,7 @@ import re
 import pytest
 from conftest import STACKS_PROGRAM, check_stacks_of_the_odd_rank
 from jobscan import left_after, processes_of
+from test_session import check_backend_session
 
 from jupyter_distrain import JobSpec, SpecError, submit
 from jupyter_distrain.client.job import JobFailed
@@ -86,3 +87,15 @@ def test_mpi_on_ray_is_one_line_and_launches_nothing(jobs_root):
     with pytest.raises(SpecError, match=r"^--backend mpi is not supported by --launcher ray"):
         submit(JobSpec(code="from mpi4py import MPI\n", workers=2, launcher="ray"))
     assert list(jobs_root.iterdir()) == []
+
+
+MPI_SESSION = (
+    "from mpi4py import MPI\ncomm = MPI.COMM_WORLD\n",
+    "result = comm.allreduce(rank + 1)\n",
+)
+
+
+def test_an_mpi_session_reduces_across_cells_and_survives_an_interrupt(kernel, jobs_root):
+    """mpirun's ranks run the cells: SIGINT reaches each rank (adopted by its hello), not
+    mpirun (which would end them all)."""
+    check_backend_session(kernel, jobs_root, "mpi", *MPI_SESSION)

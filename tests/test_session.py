@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import time
 
+import pytest
 from conftest import job_pids, only_job, running, wait_for
 
 from jupyter_distrain.client.job import Job
@@ -182,3 +183,49 @@ def test_a_rank_stuck_in_a_collective_after_an_interrupt_ends_the_session_with_i
     assert "barrier" in said  # where it is stuck: its stack
     wait_for(lambda: _gone(pids), 15, what="the session's processes to end")
     assert job.state == "failed"
+
+
+def check_backend_session(
+    kernel, jobs_root, backend: str, start: str, reduce: str, flags: str = ""
+) -> Job:
+    """A session on ``backend`` (``flags``: a launcher's): ``start`` initialises it in the
+    first cell as a job's program would (no arguments); a later cell's ``reduce`` binds
+    ``result`` to the ranks' ``rank + 1`` summed across both ranks, by the backend's own
+    collective; an interrupt leaves it usable (the collective works after it); Stop ends
+    it with nothing left. Returns the job."""
+    line = f"%%distributed --session b --workers 2 --backend {backend} {flags}"
+    out = kernel.execute(f"{line}\n{start}")
+    assert out.error is None, out.error_text + out.stdout[-3000:]
+    job = Job(only_job(jobs_root))
+    reducing = (
+        "%%distributed --session b --out summed --out-all\n"
+        "import os\nrank = int(os.environ['JUPYTER_DISTRAIN_RANK'])\n" + reduce
+    )
+    for _ in range(2):
+        out = kernel.execute(reducing)
+        assert out.error is None, out.error_text + out.stdout[-3000:]
+        assert kernel.execute("print(summed)").stdout.strip() == "[3, 3]"
+        if _logs_saying(job, "sleeping") == 0:
+            asleep = kernel.submit(
+                "%%distributed --session b\nimport time\nprint('sleeping', flush=True)\n"
+                "time.sleep(600)\n"
+            )
+            wait_for(lambda: _logs_saying(job, "sleeping") == 2, 60, what="both ranks asleep")
+            kernel.km.interrupt_kernel()
+            out = kernel.collect(asleep, timeout=60)
+            assert "interrupted" in out.error_text, out.error_text + out.stdout
+    pids = job_pids(job.dir)
+    kernel.execute(f"%distributed stop {job.id}")
+    wait_for(lambda: _gone(pids), 15, what="the session's processes to end")
+    return job
+
+
+@pytest.mark.horovod
+def test_a_horovod_session_allreduces_across_cells(kernel, jobs_root):
+    check_backend_session(
+        kernel,
+        jobs_root,
+        "horovod",
+        "import horovod.tensorflow as hvd\nimport tensorflow as tf\nhvd.init()\n",
+        "result = int(hvd.allreduce(tf.constant(rank + 1), op=hvd.Sum))\n",
+    )

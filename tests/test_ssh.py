@@ -33,9 +33,9 @@ from multihost import SSH_PORT, SshCluster, kill_inside, namespace_pids, ssh_clu
 from netprobe import listening_sockets
 from test_jax import ALLGATHER, GATHERED
 from test_metrics_widget import KERAS_FIT
-from test_mpi import AVERAGING
+from test_mpi import AVERAGING, MPI_SESSION
 from test_mpi import SAID as MPI_SAID
-from test_session import check_a_session_across
+from test_session import check_a_session_across, check_backend_session
 from test_tf_backends import SEED_PROGRAM
 from test_torch import DDP_PROGRAM, RESTARTING, ddp_rerun_from_the_pool
 from test_torch import SAID as DDP_SAID
@@ -258,6 +258,17 @@ def test_a_torch_session_on_two_hosts_keeps_its_state_and_survives_an_interrupt(
     kernel, cluster, jobs_root
 ):
     job = check_a_session_across(kernel, cluster.flags(), jobs_root)
+    assert wait_until_gone(job.id, 10) == []
+    assert remote_dirs(job.id) == []
+
+
+def test_an_mpi_session_on_two_hosts_gets_its_cells_through_the_hosts_guards(
+    kernel, cluster, jobs_root
+):
+    """mpirun's ranks on another host have no agent of their own: the host's guard
+    session writes the cells there and relays the interrupt."""
+    job = check_backend_session(kernel, jobs_root, "mpi", *MPI_SESSION, flags=cluster.flags())
+    assert [p.host for p in job.status().processes] == ["jdh1", "jdh2"]
     assert wait_until_gone(job.id, 10) == []
     assert remote_dirs(job.id) == []
 

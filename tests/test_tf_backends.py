@@ -9,6 +9,7 @@ import signal
 import time
 
 from conftest import job_pids, only_job, running, wait_for
+from test_session import check_backend_session
 
 from jupyter_distrain.contract.process import ProcessId
 from jupyter_distrain.contract.store import list_job_dirs
@@ -176,6 +177,17 @@ print(type(strategy).__name__, strategy.num_replicas_in_sync, "weights", digest,
         re.M,
     )
     assert len(found) == 2 and found[0][1] == found[1][1], out.stdout[-2000:]
+
+
+def test_a_tf_collective_session_reduces_across_cells(kernel, jobs_root):
+    check_backend_session(
+        kernel,
+        jobs_root,
+        "tf",
+        "import tensorflow as tf\nimport jupyter_distrain\nstrategy = jupyter_distrain.strategy()\n",
+        "one = strategy.run(lambda: tf.constant(rank + 1))\n"
+        "result = int(strategy.reduce('SUM', one, axis=None))\n",
+    )
 
 
 def _start_long_ps_job(kernel, jobs_root):

@@ -166,10 +166,8 @@ class JobSpec(_JobFields):
             raise SpecError(
                 f"--session must be 1-40 letters, digits, '_', '.' or '-', got {self.session!r}"
             )
-        if self.uses_mpirun() or self.script or self.max_restarts:
-            what = (
-                "--script" if self.script else "--max-restarts" if self.max_restarts else "mpirun"
-            )
+        if self.script or self.max_restarts:
+            what = "--script" if self.script else "--max-restarts"
             raise SpecError(
                 f"a session cannot use {what}: its ranks keep the cells' state, which a "
                 "restart or another program would lose (run it as a job, without --session)"

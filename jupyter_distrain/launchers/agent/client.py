@@ -184,7 +184,8 @@ class AgentClient:
         self.send(f"{SIGNAL} {int(sig)} {int(tree)}")
 
     def send_file(self, name: str, data: bytes) -> None:
-        """``run``: write ``data`` as ``name`` in the job's directory on the agent's host."""
+        """``run``, ``guard``: write ``data`` as ``name`` in the job's directory on the
+        agent's host."""
         self.send(f"{FILE} {name} {base64.b64encode(data).decode()}")
 
     def kill(self, pid: int, sig: int) -> None:

@@ -80,7 +80,7 @@ OWNER = "owner"  # in a job's host directory: the id of the notebook that made i
 MARK = "\x1ejupyter_distrain "  # starts every line the agent writes to stderr
 # The command lines the launcher sends on stdin (:class:`.client.AgentClient`): ``ping``
 # (any line counts as one), ``signal SIG TREE`` (``run``), ``kill PID SIG`` (``guard``),
-# ``file NAME BASE64`` (``run``: a session's cell for the job's directory here).
+# ``file NAME BASE64`` (``run``, ``guard``: a session's cell for the job's directory here).
 PING, SIGNAL, KILL, FILE = "ping", "signal", "kill", "file"
 HEARTBEAT_TIMEOUT = 10.0  # seconds without a ping before the agent kills its process
 REPORT_SECONDS = 2.0  # how often memory is reported
@@ -575,6 +575,8 @@ def guard(directory: Path) -> int:
             words = line.split()
             if words[:1] == [KILL.encode()] and len(words) == 3:
                 signal_job_process(directory, int(words[1]), int(words[2]))
+            elif words[:1] == [FILE.encode()] and len(words) == 3:
+                write_cell_file(directory, words[1].decode(errors="replace"), words[2].decode())
         starters.update(_starters_of(directory))
     killed = kill_job_processes(directory) + processes.kill_same(starters)
     with contextlib.suppress(OSError):

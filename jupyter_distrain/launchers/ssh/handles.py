@@ -87,5 +87,9 @@ class RemoteRank(LaunchedProcess):
     def signal(self, sig: int, tree: bool = False) -> None:
         self.guard.agent.kill(self.pid, sig)
 
+    def receive_files(self, files: dict[str, bytes]) -> None:
+        for name, data in files.items():
+            self.guard.agent.send_file(name, data)
+
     def memory_bytes(self) -> int:
         return 0  # not measured on the host (mpirun's ranks): --memory does not apply
