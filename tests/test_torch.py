@@ -21,6 +21,7 @@ from conftest import (
     failed_seconds_after_exit,
     fault_row,
     refusals_without,
+    running,
     wait_for,
 )
 from jobscan import left_after, processes_of
@@ -30,6 +31,7 @@ from test_pool import _ready_pool, pool_on  # noqa: F401  (pool_on: a fixture)
 from jupyter_distrain import JobSpec, SpecError, submit
 from jupyter_distrain.client.job import Job
 from jupyter_distrain.contract.process import ProcessId
+from jupyter_distrain.contract.store import list_job_dirs
 
 BENCHMARKS = Path(__file__).resolve().parent.parent / "benchmarks"
 
@@ -535,3 +537,25 @@ def test_the_gpu_check_runs_its_pytorch_job_where_no_gpu_is_lent(jobs_root):
     assert check.returncode == 0, check.stdout + check.stderr
     assert "torch: job" in check.stdout and "succeeded" in check.stdout, check.stdout
     assert "weights agree across 2 ranks: True" in check.stdout, check.stdout
+
+
+def test_the_sessions_notebook_trains_one_model_over_cells_and_stops(jobs_root):
+    """notebooks/09-sessions.ipynb as `make demo` runs a notebook: a DDP model built in one
+    cell, trained in the next, per-rank losses inspected, the learning rate pushed and
+    trained again, all in one session's ranks; then stopped by its name."""
+    from test_notebook import _run
+
+    cells = _run("09-sessions", jobs_root)
+    assert "[0] rank 0 of 2: 720 digits, model ready" in cells[1]
+    epoch = re.findall(r"^\[(\d)\] epoch 1: loss [\d.]+, weights (\w+)$", cells[2], re.M)
+    assert len(epoch) == 2 and epoch[0][1] == epoch[1][1], cells[2]  # DDP: the same weights
+    assert len(re.findall(r"^rank \d: mean loss [\d.]+ over its shard$", cells[3], re.M)) == 2
+    again = re.findall(
+        r"^\[(\d)\] lr 0.1: loss ([\d.]+) -> ([\d.]+), weights (\w+)$", cells[5], re.M
+    )
+    assert len(again) == 2 and again[0][3] == again[1][3] != epoch[0][1], cells[5]
+    assert all(float(last) < float(first) for _, first, last, _ in again)
+    assert float(re.search(r"test accuracy ([\d.]+)", cells[6]).group(1)) > 0.8
+    assert "session digits" in cells[7] and "stopped." in cells[7]
+    (job,) = [Job(d) for d in list_job_dirs(jobs_root)]
+    assert job.state == "stopped" and not any(running(p) for p in job.pids())

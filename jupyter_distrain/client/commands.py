@@ -29,6 +29,7 @@ from ..contract.process import ProcessId
 from ..contract.stacks import StacksReport
 from ..contract.status import JobStatus
 from . import config, retention
+from . import session as sessions
 from .follow import follow
 from .job import Job, JobFailed
 
@@ -75,7 +76,7 @@ def add_commands(sub: Any) -> dict[str, argparse.ArgumentParser]:
         ("attach", "reconnect to a job: stream its output until it ends"),
     ):
         parsers[name] = sub.add_parser(name, help=text)
-        parsers[name].add_argument("job")
+        parsers[name].add_argument("job", help="a job id (or a unique prefix), or a session name")
     parsers["scale"] = scale = sub.add_parser(
         "scale", help="restart a job with N workers, from its checkpoint"
     )
@@ -264,8 +265,10 @@ def run(
         return EXIT_OK, None
     try:
         job = Job.attach(args.job)
-    except KeyError as exc:
-        raise CommandError(str(exc.args[0])) from None
+    except KeyError as exc:  # a running session by its name, else the job id's error
+        job = sessions.find(args.job)
+        if job is None:
+            raise CommandError(str(exc.args[0])) from None
     failed = {True: EXIT_FAILED, False: EXIT_OK}
     if args.command == "status":
         return failed[print_status(job, gpu_text).state == "failed"], None

@@ -55,7 +55,7 @@ def _print(lines: list[str], out: TextIO) -> None:
         print(line, file=out, flush=True)
 
 
-def _refreshed(view: View, **options: Any) -> bool:
+def refreshed(view: View, **options: Any) -> bool:
     """Refresh the view; on an error say so once (the caller drops the view)."""
     try:
         view.refresh(**options)
@@ -95,7 +95,7 @@ def steps(
         warned = len(status.warnings)
         if tail is not None:
             _print(tail.read(), out)
-        if view is not None and not _refreshed(view, status=status):
+        if view is not None and not refreshed(view, status=status):
             view = None  # a broken view must not end the wait: the job runs on
         if status.done or (until is not None and until(status)):
             break
@@ -144,7 +144,7 @@ def _watching(job: Job, view: View | None, out: TextIO | None, stop: bool) -> It
         raise
     finally:
         if view is not None:
-            _refreshed(view, force=True)
+            refreshed(view, force=True)
         with contextlib.suppress(OSError, ValueError):  # the next job's supervisor: back to
             standby.prepare(job.spec.launcher)  # normal, or started (see client/standby.py)
 

@@ -119,6 +119,8 @@ class DistributedMagics(Magics):
         spec, args = checked_spec(line, cell)
         if spec.session is not None:
             run = self._session_cell(spec, args)
+            if isinstance(run.view, JobWidget):  # comm messages handled while this waits
+                run.view.keep_text_live(lines=True)
             await run.follow_async()
             return self._bind_cell_out(run, spec)
         job, view = self._start(spec)

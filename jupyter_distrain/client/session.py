@@ -35,9 +35,10 @@ from ..contract.process import ProcessId
 from ..contract.session import Cell, CellState
 from ..contract.spec import JobSpec, SpecError
 from ..contract.status import JobStatus
-from .follow import FollowOptions, View
+from .follow import FollowOptions, View, refreshed
 from .job import Job
 
+FIRST_POLL_SECONDS = 0.002  # then twice as long each poll, up to a job's poll
 _known: dict[str, Job] = {}  # session name -> its job, as found last
 
 
@@ -98,6 +99,7 @@ class CellRun:
         )
         self.view = view
         self.run = self.options.run(job, view)
+        self.pause = FIRST_POLL_SECONDS
 
     @classmethod
     def send(
@@ -147,13 +149,22 @@ class CellRun:
             self.options = dataclasses.replace(self.options, from_start=False)
             self.run = self.options.run(self.job, self.view)
 
+    def delay(self) -> float | None:
+        """The next pause between polls: short at first (a quick cell returns in
+        milliseconds, not one poll later), then a job's; None once the cell has run."""
+        delay = self.run.delay()
+        if delay is None:
+            return None
+        pause, self.pause = self.pause, min(self.pause * 2, delay)
+        return min(pause, delay)
+
     def follow(self) -> str:
         """Wait (blocking) for every rank's answer; the job's state."""
         while True:
             try:
-                while (delay := self.run.delay()) is not None:
+                while (delay := self.delay()) is not None:
                     time.sleep(delay)
-                return self.run.state
+                return self.ended()
             except KeyboardInterrupt:
                 self.on_interrupt(sys.stdout)
 
@@ -161,11 +172,17 @@ class CellRun:
         """:meth:`follow` for an event loop (a kernel interrupts by cancelling)."""
         while True:
             try:
-                while (delay := self.run.delay()) is not None:
+                while (delay := self.delay()) is not None:
                     await asyncio.sleep(delay)
-                return self.run.state
+                return self.ended()
             except asyncio.CancelledError:
                 self.on_interrupt(sys.stdout)
+
+    def ended(self) -> str:
+        """The view's last refresh (the cell's steps); the job's state."""
+        if self.view is not None:
+            refreshed(self.view, force=True)
+        return self.run.state
 
     def outcome(self) -> list[Any]:
         """Every rank's ``result`` sent back (rank order); raises :class:`CellFailed`
