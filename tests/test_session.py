@@ -70,6 +70,11 @@ def test_a_torch_session_keeps_state_across_cells_and_its_ranks_agree(kernel, jo
     assert out.error is None, out.stderr + out.stdout
     out = kernel.execute("print(final[:2])")
     assert out.stdout.strip() == "(0, 0.01)"
+    # every rank's output of a cell is shown, however soon its answer comes after it
+    for cell in range(15):
+        out = kernel.execute(f"%%distributed --session s\nprint('cell {cell} on rank', rank)\n")
+        shown = [f"[{r}] cell {cell} on rank {r}" in out.stdout for r in (0, 1)]
+        assert shown == [True, True], out.stdout
     listed = kernel.execute("%distributed list").stdout
     assert job.id in listed and "session s" in listed
     out = kernel.execute(f"%distributed stop {job.id}")

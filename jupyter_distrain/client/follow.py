@@ -91,13 +91,16 @@ def steps(
     warned = 0
     while True:
         status = job.status()
+        # asked before the logs are read, as the status is: every line written before
+        # the end (or before a rank's answer) is printed
+        finished = status.done or (until is not None and until(status))
         _print([f"Warning: {w}" for w in status.warnings[warned:]], sys.stderr)
         warned = len(status.warnings)
         if tail is not None:
             _print(tail.read(), out)
         if view is not None and not refreshed(view, status=status):
             view = None  # a broken view must not end the wait: the job runs on
-        if status.done or (until is not None and until(status)):
+        if finished:
             break
         if deadline.expired:
             raise TimeoutError(f"job {job.id} still {status.state} after {timeout} s")

@@ -116,13 +116,19 @@ class SessionCells(Periodic):
         runners = self.runners()
         return bool(runners) and all(str(e.record.id) in cell.answers for e in runners)
 
+    def _cell(self, index: int) -> _Cell | None:
+        """Cell ``index`` as known here; the next cell is known from its first answer
+        too (a local rank may run a quick cell before the notebook's word of it comes)."""
+        if index == self.latest + 1 and index not in self.cells:
+            self.cells[index] = _Cell()
+            for old in [i for i in self.cells if i <= index - KEPT_CELLS]:
+                del self.cells[old]
+        return self.cells.get(index)
+
     def posted(self, index: int) -> None:
-        if not self.active or index <= self.latest:
+        if not self.active or self._cell(index) is None or index < self.latest:
             raise ValueError(f"cell {index} is not the session's next cell")
         self.latest = index
-        self.cells[index] = _Cell()
-        for old in [i for i in self.cells if i <= index - KEPT_CELLS]:
-            del self.cells[old]
         self._relay(cells.cell_files(self.supervisor.job.path, index))
 
     def _relay(self, files: dict[str, bytes]) -> None:
@@ -136,7 +142,7 @@ class SessionCells(Periodic):
     def done(self, body: dict[str, Any]) -> None:
         pid, index, state = ProcessId.of(body), body.get("cell"), body.get("state")
         entry = self.supervisor.table.entry(pid)
-        cell = self.cells.get(index) if isinstance(index, int) else None
+        cell = self._cell(index) if isinstance(index, int) and self.active else None
         if cell is None or entry is None or not entry.runs_cells or not isinstance(state, str):
             return
         answer = {"state": state, "error": str(body.get("error", ""))[:2000]}
