@@ -3,6 +3,7 @@ stay up between cells, their state kept; interrupts, crashes, Stop and kernel sh
 
 from __future__ import annotations
 
+import stat
 import time
 
 import pytest
@@ -75,6 +76,10 @@ def test_a_torch_session_keeps_state_across_cells_and_its_ranks_agree(kernel, jo
         out = kernel.execute(f"%%distributed --session s\nprint('cell {cell} on rank', rank)\n")
         shown = [f"[{r}] cell {cell} on rank {r}" in out.stdout for r in (0, 1)]
         assert shown == [True, True], out.stdout
+    # the cells, pushed values and results are the user's alone
+    session_dir = job.dir.path / "session"
+    assert stat.S_IMODE(session_dir.stat().st_mode) == 0o700
+    assert {stat.S_IMODE(p.stat().st_mode) for p in session_dir.iterdir()} == {0o600}
     listed = kernel.execute("%distributed list").stdout
     assert job.id in listed and "session s" in listed
     out = kernel.execute(f"%distributed stop {job.id}")
@@ -133,6 +138,25 @@ def test_a_session_ends_with_its_kernel(kernel, new_kernel, jobs_root):
     wait_for(lambda: job.done, 15, what="the session to end with its kernel")
     assert job.state == "stopped"
     wait_for(lambda: _gone(pids), 15, what="the session's processes to end")
+
+
+def test_a_kept_session_outlives_its_kernel_and_a_new_kernel_finds_it_by_name(
+    kernel, new_kernel, jobs_root
+):
+    first = new_kernel()
+    out = first.execute(
+        "%%distributed --session kept --keep-session --workers 2 --backend plain\nx = 41\n"
+    )
+    assert out.error is None, out.stderr + out.stdout
+    job = Job(only_job(jobs_root))
+    first.shutdown()
+    time.sleep(2)  # the session's duty looks for its kernel every 0.5 s
+    assert job.state == "running"
+    out = kernel.execute("%%distributed --session kept --out y\nx += 1\nresult = x\n")
+    assert out.error is None, out.stderr + out.stdout
+    assert kernel.execute("print(y)").stdout.strip() == "42"
+    kernel.execute("%distributed stop kept")
+    assert job.state == "stopped"
 
 
 def check_a_session_across(kernel, flags: str, jobs_root) -> Job:

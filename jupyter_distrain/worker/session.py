@@ -21,6 +21,7 @@ from types import CodeType
 from typing import Any
 
 from ..contract import session as cells
+from ..contract.private import write_atomic
 from ..contract.process import ProcessId
 from ..contract.session import Cell, CellState
 
@@ -82,7 +83,7 @@ def _result(job_path: Path, cell: Cell, me: ProcessId, namespace: dict[str, Any]
     data = cloudpickle.dumps({"defined": "result" in namespace, "value": namespace.get("result")})
     path = cells.out_file(job_path, cell.index, me)
     path.parent.mkdir(mode=0o700, exist_ok=True)
-    path.write_bytes(data)
+    write_atomic(path, data)
     return data
 
 
