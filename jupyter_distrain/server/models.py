@@ -44,6 +44,7 @@ def job_model(job: Job, processes: bool = True) -> dict[str, Any]:
     model = {
         "id": job.id,
         "name": spec.name,
+        "session": spec.session,  # an interactive session's name, else None
         "state": status.state,
         "backend": status.backend or spec.backend,
         "launcher": status.launcher or spec.launcher,

@@ -31,6 +31,7 @@ export interface IJob {
   created: number | null;
   ended: number | null;
   error: string | null;
+  session?: string | null; // an interactive session's name (%%distributed --session NAME)
   processes?: IProcess[]; // in a job's own model (GET jobs/<id>), not in the list
 }
 

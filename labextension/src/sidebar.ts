@@ -61,8 +61,11 @@ class JobRow {
     this.job = job;
     const live = !FINAL_STATES.includes(job.state);
     this.node.dataset.state = job.state;
-    this._name.textContent =
-      job.name && !job.id.startsWith(job.name) ? `${job.name} (${job.id})` : job.id;
+    this._name.textContent = job.session
+      ? `session ${job.session} (${job.id})`
+      : job.name && !job.id.startsWith(job.name)
+        ? `${job.name} (${job.id})`
+        : job.id;
     this._name.title = job.id;
     this._state.textContent = job.state;
     this._state.className = `jp-distrain-state jp-distrain-state-${job.state}`;
@@ -73,7 +76,9 @@ class JobRow {
     this._rate.textContent = live ? `${rateText(job.images_per_sec)} img/s` : '';
     this._chart.replaceChildren(...(live && series.length > 1 ? [sparkline(series)] : []));
     this._error.textContent = job.error ?? '';
-    this._buttons.scale.disabled = !live;
+    // a session's variables live in its ranks: a resize would restart them
+    this._buttons.scale.disabled = !live || !!job.session;
+    this._buttons.scale.title = job.session ? "a session's size stays as it started" : '';
     this._buttons.stop.disabled = !live;
   }
 

@@ -73,6 +73,14 @@ describe('JobsSidebar', () => {
     expect(sidebar.node.querySelector('.jp-distrain-job-detail')!.textContent).toBe(
       'plain / local · workers 2/2 · restart 1 of 3'
     );
+
+    model.jobs = [{ ...job('a', 'running'), session: 'digits' }];
+    model.changed.emit();
+    expect(sidebar.node.querySelector('.jp-distrain-job-name')!.textContent).toBe(
+      'session digits (a)'
+    );
+    const scale = sidebar.node.querySelector<HTMLButtonElement>('button[data-action="scale"]')!;
+    expect(scale.disabled).toBe(true);
     sidebar.dispose();
   });
 });
