@@ -18,7 +18,7 @@ import urllib.parse
 
 import psutil
 import pytest
-from conftest import STACKS_PROGRAM, wait_until_up
+from conftest import STACKS_PROGRAM, wait_for, wait_until_up
 from jupyter_server.auth.authorizer import AllowAllAuthorizer
 from tornado.httpclient import HTTPClientError
 
@@ -99,8 +99,11 @@ async def _error(fetch, *parts, **kwargs) -> tuple[int, str]:
 
 
 def _finished_job() -> Job:
+    """A job that succeeded, its supervisor gone: state.json is written for the last time
+    (a final state is saved once more after it, with the last metrics)."""
     job = api.submit(JobSpec(code=REPORTING, workers=2, backend="plain"))
     assert job.wait(60) == "succeeded"
+    wait_for(lambda: job.dir.supervisor_alive() is False, 15, what="the supervisor to end")
     return job
 
 
