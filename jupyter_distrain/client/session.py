@@ -126,7 +126,10 @@ class CellRun:
     def _finished(self, status: JobStatus) -> bool:
         if status.state != "running":
             return False
-        reply = self.job.request(cells.cell_status_request(self.index))
+        try:
+            reply = self.job.request(cells.cell_status_request(self.index))
+        except (OSError, RuntimeError):  # the session is ending: the next status says so
+            return False
         runners, self.answers = reply.get("runners") or [], reply.get("answers") or {}
         return bool(runners) and set(runners) <= set(self.answers)
 
