@@ -3,6 +3,7 @@ stay up between cells, their state kept; interrupts, crashes, Stop and kernel sh
 
 from __future__ import annotations
 
+import re
 import stat
 import time
 
@@ -80,10 +81,38 @@ def test_a_torch_session_keeps_state_across_cells_and_its_ranks_agree(kernel, jo
     session_dir = job.dir.path / "session"
     assert stat.S_IMODE(session_dir.stat().st_mode) == 0o700
     assert {stat.S_IMODE(p.stat().st_mode) for p in session_dir.iterdir()} == {0o600}
+    # a resize would lose the ranks' state: refused in one line, the session untouched
+    out = kernel.execute("%distributed scale s 3")
+    assert "a session's variables live in its ranks" in out.error_text, out.error_text
+    out = kernel.execute("%%distributed --session s --workers 3\nprint('never')\n")
+    assert "--workers 3 (it has 2)" in out.error_text and "never" not in out.stdout
+    assert job_pids(job.dir) == pids and job.state == "running"
     listed = kernel.execute("%distributed list").stdout
     assert job.id in listed and "session s" in listed
     out = kernel.execute(f"%distributed stop {job.id}")
     wait_for(lambda: _gone(pids), 15, what="the session's processes to end")
+
+
+@pytest.mark.parametrize(
+    ("line", "said"),
+    [
+        ("--session 'two words'", "--session must be 1-40 letters"),
+        ("--keep-session", "--keep-session is for a session: add --session NAME"),
+        ("--out-all --out x", "--out-all is for a session: add --session NAME"),
+        ("--session s --max-restarts 1", "a session cannot use --max-restarts"),
+        ("--session s --background", "--background is for jobs"),
+    ],
+)
+def test_bad_session_flags_are_one_line_and_launch_nothing(line, said, jobs_root):
+    from IPython.core.error import UsageError
+    from IPython.core.interactiveshell import InteractiveShell
+
+    from jupyter_distrain.client.magics import DistributedMagics
+
+    magics = DistributedMagics(InteractiveShell.instance())
+    with pytest.raises(UsageError, match=re.escape(said)):
+        magics.distributed(line, "print('never')\n")
+    assert list(jobs_root.iterdir()) == []
 
 
 def test_an_interrupt_leaves_the_session_usable_and_a_crash_ends_it(kernel, jobs_root):
