@@ -544,3 +544,17 @@ def test_images_per_sec_is_a_windowed_rate_that_ranks_in_lock_step_share():
     assert abs(ra - rb) / ra < 0.02 and abs(ra - 6400) / 6400 < 0.02  # 64 images per 10 ms
     assert len(fast.steps) <= 301  # only the last 3 s are kept
     assert RateWindow().add(5.0, 32, 0.5) == 64.0  # a first step: its own rate
+
+
+def test_a_sessions_widget_offers_no_resize(tmp_path):
+    """A session's variables live in its ranks: its widget's - and + stay disabled, while
+    a job's are live; Stop stays live for both."""
+    for session, disabled in ((None, False), ("s", True)):
+        root = tmp_path / str(session)
+        root.mkdir(mode=0o700)
+        job_dir = JobDir.create(JobSpec(code="", session=session), root=root)
+        job_dir.write_state(JobStatus(state="running", workers=2))
+        widget = JobWidget(Job(job_dir))
+        widget.refresh(force=True)
+        assert (widget.minus_button.disabled, widget.plus_button.disabled) == (disabled,) * 2
+        assert not widget.stop_button.disabled

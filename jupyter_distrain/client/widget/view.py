@@ -55,6 +55,7 @@ class JobWidget(widgets.VBox):
         self.stop_button = widgets.Button(description="Stop", button_style="danger", icon="stop")
         self.minus_button = widgets.Button(description="-", tooltip="one worker fewer")
         self.plus_button = widgets.Button(description="+", tooltip="one worker more")
+        self.session = job.spec.session is not None  # its size stays as it started
         self.logs_button = widgets.ToggleButton(description="Logs", icon="file-text")
         self.all_rows_button = widgets.ToggleButton(
             description="All rows",
@@ -201,6 +202,8 @@ class JobWidget(widgets.VBox):
         self.eta.value = f"{done:.0%}" + (f", ETA {eta:.0f} s" if eta is not None else "")
         for button in (self.stop_button, self.minus_button, self.plus_button, self.stacks_button):
             button.disabled = self.job_state in FINAL_STATES
+        if self.session:  # a resize would restart the ranks, and their state would go
+            self.minus_button.disabled = self.plus_button.disabled = True
         labels = [str(process_of(r)) for r in self.rows]
         if list(self.process_picker.options) != labels:
             self.process_picker.options = labels
