@@ -131,6 +131,20 @@ def test_an_interrupt_leaves_the_session_usable_and_a_crash_ends_it(kernel, jobs
     out = kernel.execute("%%distributed --session i --out c\ncount += 1\nresult = count\n")
     assert out.error is None, out.stderr + out.stdout
     assert kernel.execute("print(c)").stdout.strip() == "1"
+    # --out asks for rank 0's value: what another rank leaves is never unpickled
+    marker = jobs_root.parent / "unpickled"
+    out = kernel.execute(
+        "%%distributed --session i --out c\nimport os, pickle\n"
+        "class Trap:\n"
+        f"    def __reduce__(self):\n        return (open, ({str(marker)!r}, 'w'))\n"
+        "result = count\n"
+        "if os.environ['JUPYTER_DISTRAIN_RANK'] == '1':\n"
+        "    with open('{}/session/3.worker-1.out.pkl'.format(os.environ['JUPYTER_DISTRAIN_JOB_DIR']), 'wb') as f:\n"
+        "        pickle.dump({'defined': True, 'value': Trap()}, f)\n"
+        "    result = None\n"
+    )
+    assert out.error is None, out.stderr + out.stdout
+    assert kernel.execute("print(c)").stdout.strip() == "1" and not marker.exists()
     # a cell that raises on one rank: the others are interrupted, the session goes on
     out = kernel.execute(
         "%%distributed --session i\nimport os, time\n"
@@ -141,7 +155,7 @@ def test_an_interrupt_leaves_the_session_usable_and_a_crash_ends_it(kernel, jobs
     assert job.state == "running"
     # an interrupt that reached a rank at its prompt, before it took the cell: the cell
     # is marked interrupted first, and the rank does not run it
-    (job.dir.path / "session" / "4.interrupt").write_bytes(b"")
+    (job.dir.path / "session" / "5.interrupt").write_bytes(b"")
     out = kernel.execute("%%distributed --session i\nprint('ran anyway')\n")
     assert "interrupted" in out.error_text and "ran anyway" not in out.stdout, out.error_text
     assert job.state == "running"

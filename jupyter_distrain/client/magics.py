@@ -11,6 +11,7 @@ from IPython.core.magic import Magics, line_cell_magic, magics_class
 from IPython.core.magic_arguments import MagicArgumentParser, magic_arguments, parse_argstring
 
 from ..contract.cellcheck import elastic_warnings, undefined_names
+from ..contract.session import INLINE_OUT_BYTES
 from ..contract.spec import JobSpec, SpecError
 from ..plugins import check_launcher_options
 from . import api, bench, commands, config
@@ -178,10 +179,14 @@ class DistributedMagics(Magics):
         if run.job.done:  # the session ended during the cell (stopped): said by its view
             print(f"Session {spec.session} {run.job.state}.", flush=True)
             return
-        values = run.outcome()
+        values = run.outcome(every_rank=spec.out_all)
         if spec.out:
             if not values:
-                raise sessions.CellFailed(f"--out {spec.out}: no rank sent `result` back")
+                raise sessions.CellFailed(
+                    f"--out {spec.out}: rank 0's `result` did not come back (a rank on another "
+                    f"host sends at most {INLINE_OUT_BYTES // 1024} KiB: return less, or save "
+                    "it to a file the notebook can read)"
+                )
             self.shell.user_ns[spec.out] = values if spec.out_all else values[0]
 
     def _bind_out(self, job: Job) -> None:

@@ -187,9 +187,11 @@ class CellRun:
             refreshed(self.view, force=True)
         return self.run.state
 
-    def outcome(self) -> list[Any]:
-        """Every rank's ``result`` sent back (rank order); raises :class:`CellFailed`
-        when the cell failed or was interrupted on some rank."""
+    def outcome(self, every_rank: bool = False) -> list[Any]:
+        """Rank 0's ``result`` sent back (``every_rank``: every rank's, in rank order),
+        unpickled only from those processes (a value another host sends unasked is
+        left alone); raises :class:`CellFailed` when the cell failed or was interrupted
+        on some rank."""
         name = self.job.spec.session
         ranked = sorted(self.answers, key=ProcessId.parse)
         failed = [p for p in ranked if self.answers[p]["state"] == CellState.ERROR]
@@ -203,7 +205,8 @@ class CellRun:
                 f"KeyboardInterrupt: cell {self.index} interrupted; every rank is back at its "
                 f"prompt and session {name} goes on"
             )
-        return [self._result(p) for p in ranked if "result" in self.answers[p] or self._kept(p)]
+        asked = ranked if every_rank else ranked[:1]  # rank 0 runs first: chief-0, worker-0
+        return [self._result(p) for p in asked if "result" in self.answers[p] or self._kept(p)]
 
     def _kept(self, process: str) -> bool:
         return cells.out_file(self.job.dir.path, self.index, ProcessId.parse(process)).exists()
