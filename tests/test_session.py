@@ -101,6 +101,7 @@ def test_a_torch_session_keeps_state_across_cells_and_its_ranks_agree(kernel, jo
         ("--out-all --out x", "--out-all is for a session: add --session NAME"),
         ("--session s --max-restarts 1", "a session cannot use --max-restarts"),
         ("--session s --background", "--background is for jobs"),
+        ("--session s --ps 1", "a program that defines run(cluster, server, task_index)"),
     ],
 )
 def test_bad_session_flags_are_one_line_and_launch_nothing(line, said, jobs_root):
@@ -110,8 +111,9 @@ def test_bad_session_flags_are_one_line_and_launch_nothing(line, said, jobs_root
     from jupyter_distrain.client.magics import DistributedMagics
 
     magics = DistributedMagics(InteractiveShell.instance())
+    cell = "def run(cluster, server, task_index):\n    print('never')\n"
     with pytest.raises(UsageError, match=re.escape(said)):
-        magics.distributed(line, "print('never')\n")
+        magics.distributed(line, cell)
     assert list(jobs_root.iterdir()) == []
 
 

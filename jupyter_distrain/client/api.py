@@ -14,7 +14,12 @@ import threading
 from collections.abc import Mapping
 from typing import Any
 
-from ..contract.cellcheck import check_syntax, imported_packages, keras_backend_set
+from ..contract.cellcheck import (
+    check_syntax,
+    defines_tf1_run,
+    imported_packages,
+    keras_backend_set,
+)
 from ..contract.spec import JobSpec, SpecError
 from ..contract.store import JobDir
 from ..frameworks import resolve_keras
@@ -104,6 +109,11 @@ def submit(spec: JobSpec, namespace: Mapping[str, Any] | None = None) -> Job:
     except ValueError as exc:
         raise SpecError(f"--launcher: {exc}") from None
     backend, reason = resolve_backend(spec)
+    if spec.session is not None and backend == "ps" and defines_tf1_run(spec.code):
+        raise SpecError(
+            "a session runs each cell on ranks at a prompt: a program that defines "
+            "run(cluster, server, task_index) is run by its tasks as a job (no --session)"
+        )
     # tf.keras's choice; Keras 3 on JAX or torch is what `import keras` gives
     keras, keras_note = ("native", "") if backend in NOT_TENSORFLOW else resolve_keras(spec.keras)
     resolved = dataclasses.replace(spec, backend=backend, keras=keras)

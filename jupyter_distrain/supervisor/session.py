@@ -197,6 +197,12 @@ class SessionCells(Periodic):
         if self.owner is not None and processes.same_process(*self.owner) is None:
             sup.stop(f"the kernel that started session {sup.spec.session} ended")
             return
+        if sup.status.state == "running" and not self.runners():  # every process is up
+            sup.fail(
+                "no process of this session runs cells (its backend ran the program "
+                "in another mode): run it as a job, without --session"
+            )
+            return
         cell = self.cells.get(self.latest)
         if cell is None or cell.interrupted is None or self._finished(cell):
             return
