@@ -11,6 +11,7 @@ import time
 from conftest import job_pids, only_job, running, wait_for
 from test_session import check_backend_session
 
+from jupyter_distrain.client.job import Job
 from jupyter_distrain.contract.process import ProcessId
 from jupyter_distrain.contract.store import list_job_dirs
 
@@ -188,6 +189,27 @@ def test_a_tf_collective_session_reduces_across_cells(kernel, jobs_root):
         "one = strategy.run(lambda: tf.constant(rank + 1))\n"
         "result = int(strategy.reduce('SUM', one, axis=None))\n",
     )
+
+
+def test_a_parameter_server_session_keeps_its_variables_on_the_ps_across_cells(kernel, jobs_root):
+    """The chief runs the cells (the workers and the ps serve): a variable placed on the
+    ps by the first cell is there, updated, in the next ones."""
+    out = kernel.execute(
+        "%%distributed --session p --ps 1 --workers 2\nimport tensorflow as tf\n"
+        "import jupyter_distrain\nstrategy = jupyter_distrain.strategy()\n"
+        "with strategy.scope():\n    v = tf.Variable(1.0)\n"
+    )
+    assert out.error is None, out.error_text + out.stdout[-3000:]
+    job = Job(only_job(jobs_root))
+    for expected in (3.0, 5.0):
+        out = kernel.execute(
+            "%%distributed --session p --out val\nresult = float(v.assign_add(2.0))\n"
+        )
+        assert out.error is None, out.error_text + out.stdout[-3000:]
+        assert kernel.execute("print(val)").stdout.strip() == str(expected)
+    pids = job_pids(job.dir)
+    kernel.execute("%distributed stop p")
+    wait_for(lambda: not any(running(p) for p in pids), 15, what="the session's processes to end")
 
 
 def _start_long_ps_job(kernel, jobs_root):
