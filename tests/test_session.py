@@ -11,6 +11,9 @@ import pytest
 from conftest import job_pids, only_job, running, wait_for
 
 from jupyter_distrain.client.job import Job
+from jupyter_distrain.client.session import next_index
+from jupyter_distrain.contract.process import ProcessId
+from jupyter_distrain.contract.session import cell_done
 
 TORCH_SESSION = """%%distributed --session s --workers 2 --backend torch
 import torch
@@ -161,6 +164,15 @@ def test_an_interrupt_leaves_the_session_usable_and_a_crash_ends_it(kernel, jobs
     out = kernel.execute("%%distributed --session i\nprint('ran anyway')\n")
     assert "interrupted" in out.error_text and "ran anyway" not in out.stdout, out.error_text
     assert job.state == "running"
+    # a rank's failure that reaches the supervisor before the notebook's word of the cell
+    # (a quick local cell) interrupts that cell, not the one before: rank 0, still at its
+    # prompt, finds it marked and does not sleep
+    forged = cell_done(ProcessId("worker", 1), next_index(job), "error", "Boom: early")
+    assert job.request(forged)["ok"]
+    started = time.monotonic()
+    out = kernel.execute("%%distributed --session i\nimport time\ntime.sleep(600)\n")
+    assert "interrupted" in out.error_text, out.error_text
+    assert time.monotonic() - started < 8 and job.state == "running"
     # a rank that dies ends the session, with nothing left
     started = time.monotonic()
     out = kernel.execute(

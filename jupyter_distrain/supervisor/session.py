@@ -142,15 +142,17 @@ class SessionCells(Periodic):
     def done(self, body: dict[str, Any]) -> None:
         pid, index, state = ProcessId.of(body), body.get("cell"), body.get("state")
         entry = self.supervisor.table.entry(pid)
-        cell = self._cell(index) if isinstance(index, int) and self.active else None
-        if cell is None or entry is None or not entry.runs_cells or not isinstance(state, str):
+        if not isinstance(index, int) or entry is None or not entry.runs_cells:
+            return
+        cell = self._cell(index) if self.active else None
+        if cell is None or not isinstance(state, str):
             return
         answer = {"state": state, "error": str(body.get("error", ""))[:2000]}
         if isinstance(body.get("result"), str):
             answer["result"] = body["result"]
-        cell.answers[str(pid)] = answer
+        cell.answers[str(entry.record.id)] = answer
         if state == CellState.ERROR and cell.interrupted is None and not self._finished(cell):
-            self._interrupt(cell, f"{pid.describe()}'s cell failed")  # type: ignore[union-attr]
+            self._interrupt(index, f"{entry.record.id.describe()}'s cell failed")
 
     def answer(self, index: int) -> dict[str, Any]:
         """Which ranks ran cell ``index`` and how; ``runners``: who runs cells."""
@@ -163,10 +165,12 @@ class SessionCells(Periodic):
     def interrupt(self, reason: str) -> None:
         cell = self.cells.get(self.latest)
         if cell is not None and not self._finished(cell):
-            self._interrupt(cell, reason)
+            self._interrupt(self.latest, reason)
 
-    def _interrupt(self, cell: _Cell, reason: str) -> None:
-        """SIGINT to every rank still in ``cell``."""
+    def _interrupt(self, index: int, reason: str) -> None:
+        """SIGINT to every rank still in cell ``index`` (the latest, or the next one when
+        a rank's answer came before the notebook's word of it)."""
+        cell = self.cells[index]
         cell.interrupted = time.monotonic()
         asked = [e for e in self.runners() if str(e.record.id) not in cell.answers]
         self.supervisor.job.append_event(
@@ -174,7 +178,7 @@ class SessionCells(Periodic):
         )
         # the mark first, then the signal: a rank that takes the cell after the signal
         # came (ignored at its prompt) sees the mark (the agent writes it before it signals)
-        self._relay(cells.mark_interrupted(self.supervisor.job.path, self.latest))
+        self._relay(cells.mark_interrupted(self.supervisor.job.path, index))
         for entry in asked:
             if entry.handle is not None:
                 try:
