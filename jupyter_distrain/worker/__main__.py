@@ -86,13 +86,17 @@ def use_job_tmp(job: JobDir, me: ProcessId) -> None:
     tempfile.tempdir = str(path)  # a pooled process may have asked for the default already
 
 
-def _tell_supervisor(channels: WorkerChannels, body: dict[str, Any]) -> None:
+def _tell_supervisor(channels: WorkerChannels, body: dict[str, Any], quiet: bool = False) -> bool:
+    """Send ``body``; whether the supervisor took it (``quiet``: say nothing when not)."""
     if not channels.control:
-        return
+        return True
     try:
-        control.request(channels.control, channels.secret, body)
+        reply = control.request(channels.control, channels.secret, body)
     except (OSError, ValueError) as exc:
-        print(f"jupyter_distrain: cannot reach the supervisor: {exc}", file=sys.stderr)
+        if not quiet:
+            print(f"jupyter_distrain: cannot reach the supervisor: {exc}", file=sys.stderr)
+        return False
+    return reply.get("error") != control.NO_REPLY
 
 
 def load_program(job: JobDir) -> tuple[Path, CodeType]:
@@ -173,7 +177,7 @@ def run_program(
 
             tf.compat.v1.disable_eager_execution()  # TF1 programs build graphs
         if session_cell is not None:
-            tell = functools.partial(_tell_supervisor, channels)
+            tell = functools.partial(_tell_supervisor, channels, quiet=True)
             rank_id = contract.identity_from(os.environ)
             return session.serve(job.path, rank_id, rank, (session_cell, program), namespace, tell)
         exec(program, namespace)

@@ -27,6 +27,7 @@ from ..contract.session import Cell, CellState
 
 IDLE_SECONDS = 5.0  # at the prompt this long, a rank polls less often
 IDLE_POLL_SECONDS = 0.01
+ANSWER_SECONDS = 30.0  # how long a rank tries to hand its answer to the supervisor
 
 
 class SessionEnded(Exception):
@@ -112,7 +113,7 @@ def serve(
     rank: int,
     first: tuple[Cell, CodeType | str],
     namespace: dict[str, Any],
-    tell: Callable[[dict[str, Any]], None],
+    tell: Callable[[dict[str, Any]], bool],
 ) -> int:
     """Run cell 0 (``first``: the job's program), then every later cell, in
     ``namespace``; return the exit code a cell's ``sys.exit`` asked for."""
@@ -130,17 +131,30 @@ def serve(
                 marked = cells.interrupt_file(job_path, cell.index).exists
                 state, error = run_cell(program, namespace, marked)
             except SessionEnded as end:
-                tell(cells.cell_done(me, cell.index, CellState.OK))
+                answer(tell, cells.cell_done(me, cell.index, CellState.OK))
                 raise SystemExit(end.code) from None
-            if cell.returns_result(rank):
+            if state == CellState.OK and cell.returns_result(rank):
                 try:
                     result = _result(job_path, cell, me, namespace)
                 except Exception as exc:
                     state, error = CellState.ERROR, f"cannot send `result` back: {exc}"
                     print(f"jupyter_distrain: {error}", file=sys.stderr, flush=True)
-        tell(cells.cell_done(me, cell.index, state, error, result))
+        answer(tell, cells.cell_done(me, cell.index, state, error, result))
         cell = wait_for_cell(job_path, cell.index + 1)
         program = _take(job_path, cell, namespace)
+
+
+def answer(tell: Callable[[dict[str, Any]], bool], body: dict[str, Any]) -> None:
+    """Send a cell's answer until the supervisor takes it (a connection refused while
+    every slot is busy is tried again: the notebook waits for every rank's answer)."""
+    pause = 0.01
+    deadline = time.monotonic() + ANSWER_SECONDS
+    while not tell(body):
+        if time.monotonic() > deadline:
+            print("jupyter_distrain: the supervisor took no answer", file=sys.stderr, flush=True)
+            return
+        time.sleep(pause)
+        pause = min(pause * 2, 1.0)
 
 
 def _take(job_path: Path, cell: Cell, namespace: dict[str, Any]) -> CodeType | str:
