@@ -558,4 +558,6 @@ def test_the_sessions_notebook_trains_one_model_over_cells_and_stops(jobs_root):
     assert float(re.search(r"test accuracy ([\d.]+)", cells[6]).group(1)) > 0.8
     assert "session digits" in cells[7] and "stopped." in cells[7]
     (job,) = [Job(d) for d in list_job_dirs(jobs_root)]
-    assert job.state == "stopped" and not any(running(p) for p in job.pids())
+    assert job.state == "stopped"
+    pids = job.pids()  # its ranks, its warden and its supervisor, which ends after its state
+    wait_for(lambda: not any(running(p) for p in pids), 15, what="the session's processes to end")
