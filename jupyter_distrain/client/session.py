@@ -23,6 +23,7 @@ Design decisions
 from __future__ import annotations
 
 import asyncio
+import base64
 import dataclasses
 import os
 import pickle
@@ -206,20 +207,18 @@ class CellRun:
                 f"prompt and session {name} goes on"
             )
         asked = ranked if every_rank else ranked[:1]  # rank 0 runs first: chief-0, worker-0
-        return [self._result(p) for p in asked if "result" in self.answers[p] or self._kept(p)]
+        sent = [self._result_data(p) for p in asked]
+        return [pickle.loads(data)["value"] for data in sent if data is not None]
 
-    def _kept(self, process: str) -> bool:
-        return cells.out_file(self.job.dir.path, self.index, ProcessId.parse(process)).exists()
-
-    def _result(self, process: str) -> Any:
+    def _result_data(self, process: str) -> bytes | None:
+        """What ``process`` sent back: its file here (a local rank), else what came inline
+        in its answer (a rank on another host); None when neither."""
         path = cells.out_file(self.job.dir.path, self.index, ProcessId.parse(process))
-        if path.exists():
-            data = path.read_bytes()
-        else:
-            import base64
-
-            data = base64.b64decode(self.answers[process]["result"])
-        return pickle.loads(data)["value"]
+        try:
+            return path.read_bytes()
+        except FileNotFoundError:
+            inline = self.answers[process].get("result")
+            return base64.b64decode(inline) if isinstance(inline, str) else None
 
 
 def next_index(job: Job) -> int:

@@ -51,6 +51,7 @@ class LaunchedProcess(ABC):
     create_time: float | None = None  # the OS's start time: (pid, create_time) is exact
     gpus: list[str] = []  # the GPU devices it was given (set per process by start)
     pooled: bool = False  # taken from a warm pool rather than started
+    own_job_dir: bool = False  # it runs in a copy of the job directory (another host's)
 
     @abstractmethod
     def wait(self) -> int:
@@ -74,8 +75,9 @@ class LaunchedProcess(ABC):
 
     def receive_files(self, files: dict[str, bytes]) -> None:
         """Write ``files`` (by their path in the job directory) into the job directory
-        where the process runs (a session's cells); nothing to do where that directory
-        is the supervisor's own, as on this machine."""
+        where the process runs (a session's cells), where that is not the supervisor's
+        own (:attr:`own_job_dir`)."""
+        raise NotImplementedError(f"{type(self).__name__} shares the supervisor's directory")
 
     def native_stack(self) -> str:
         """Its threads' native and Python frames now (``py-spy dump --native``), or one

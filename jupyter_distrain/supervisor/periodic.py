@@ -152,9 +152,9 @@ class StallWatch(Periodic):
         sup = self.supervisor
         limit = sup.spec.stall_timeout
         stepping = [e for e in sup.table.live_members() if e.last_step_at is not None]
-        busy_since = sup.session.busy_since()  # a session's ranks at their prompt take no steps
         if not limit or sup.status.state != "running" or not stepping:
             return
+        busy_since = sup.session.busy_since()  # a session's ranks at their prompt take no steps
         if sup.session.active and busy_since is None:
             return
         latest = max(busy_since or 0.0, *(e.last_step_at or 0.0 for e in stepping))

@@ -129,15 +129,18 @@ class SessionCells(Periodic):
         if not self.active or self._cell(index) is None or index < self.latest:
             raise ValueError(f"cell {index} is not the session's next cell")
         self.latest = index
-        self._relay(cells.cell_files(self.supervisor.job.path, index))
+        self._relay(lambda: cells.cell_files(self.supervisor.job.path, index))
 
-    def _relay(self, files: dict[str, bytes]) -> None:
-        """``files`` to the job directory each rank runs in, where it is not this one
-        (each rank's own: a Ray slot has a directory of its own, and a rank's agent writes
-        the files before it relays the signals sent after them)."""
-        for entry in self.runners():
-            if entry.handle is not None and entry.handle.alive:
-                entry.handle.receive_files(files)
+    def _relay(self, files: Callable[[], dict[str, bytes]]) -> None:
+        """The ``files`` (read only when needed: a cell's pushed values may be large) to
+        each rank that runs in a job directory of its own (each rank's: a Ray slot has a
+        directory of its own, and a rank's agent writes the files before it relays the
+        signals sent after them)."""
+        away = [e.handle for e in self.runners() if e.handle is not None and e.handle.own_job_dir]
+        data = files() if away else {}
+        for handle in away:
+            if handle.alive:
+                handle.receive_files(data)
 
     def done(self, body: dict[str, Any]) -> None:
         pid, index, state = ProcessId.of(body), body.get("cell"), body.get("state")
@@ -178,7 +181,8 @@ class SessionCells(Periodic):
         )
         # the mark first, then the signal: a rank that takes the cell after the signal
         # came (ignored at its prompt) sees the mark (the agent writes it before it signals)
-        self._relay(cells.mark_interrupted(self.supervisor.job.path, index))
+        marked = cells.mark_interrupted(self.supervisor.job.path, index)
+        self._relay(lambda: marked)
         for entry in asked:
             if entry.handle is not None:
                 try:

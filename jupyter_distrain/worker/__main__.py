@@ -36,6 +36,7 @@ import socket
 import sys
 import tempfile
 import traceback
+from collections.abc import Callable
 from pathlib import Path
 from types import CodeType
 from typing import Any
@@ -44,6 +45,7 @@ from ..contract import control, metrics
 from ..contract import process as contract
 from ..contract.process import Env, Mode, ProcessId, WorkerChannels
 from ..contract.session import Cell
+from ..contract.spec import JobSpec
 from ..contract.store import JobDir
 from . import (
     allocator,
@@ -69,12 +71,12 @@ def _redirect_output(path: Path) -> None:
     os.close(fd)
 
 
-def use_job_tmp(job: JobDir, me: ProcessId) -> None:
+def use_job_tmp(job: JobDir, spec: JobSpec, me: ProcessId) -> None:
     """Give this process a temporary directory in the job's directory (``TMPDIR`` and
     ``tempfile``), unless the job's ``--env`` sets ``TMPDIR``: what a stopped or killed
     process leaves there (TensorFlow's ``__autograph_generated_file*.py``, removed only at
     a clean exit) goes with the job under the store's retention rule, not into ``/tmp``."""
-    if "TMPDIR" in job.read_spec().env:
+    if "TMPDIR" in spec.env:
         return
     path = job.path / "tmp" / str(me)
     try:
@@ -99,10 +101,9 @@ def _tell_supervisor(channels: WorkerChannels, body: dict[str, Any], quiet: bool
     return reply.get("error") != control.NO_REPLY
 
 
-def load_program(job: JobDir) -> tuple[Path, CodeType]:
+def load_program(job: JobDir, spec: JobSpec) -> tuple[Path, CodeType]:
     """The program to run: ``--script`` (resolved here, on the worker) or train.py."""
-    script = job.read_spec().script
-    path = Path(script).expanduser() if script else job.train_file
+    path = Path(spec.script).expanduser() if spec.script else job.train_file
     return path, compile(path.read_text(), str(path), "exec")
 
 
@@ -158,12 +159,11 @@ def run_program(
     program: CodeType,
     mode: str,
     rank: int,
-    channels: WorkerChannels,
-    session_cell: Cell | None = None,
+    serve_session: Callable[[CodeType, dict[str, Any]], int] | None = None,
 ) -> int:
     """Execute the program in a fresh ``__main__`` namespace; return the exit code. In a
-    session (``session_cell``: the program as cell 0) the rank then runs later cells
-    until it is stopped (:mod:`.session`)."""
+    session (``serve_session``) the program is its cell 0, and the rank then runs later
+    cells in the same namespace until it is stopped (:mod:`.session`)."""
     sys.argv = [str(path)]
     sys.path.insert(0, os.getcwd())
     namespace: dict[str, Any] = {"__name__": "__main__", "__file__": str(path)}
@@ -176,10 +176,8 @@ def run_program(
             import tensorflow as tf
 
             tf.compat.v1.disable_eager_execution()  # TF1 programs build graphs
-        if session_cell is not None:
-            tell = functools.partial(_tell_supervisor, channels, quiet=True)
-            rank_id = contract.identity_from(os.environ)
-            return session.serve(job.path, rank_id, rank, (session_cell, program), namespace, tell)
+        if serve_session is not None:
+            return serve_session(program, namespace)
         exec(program, namespace)
         if mode == Mode.TF1_RUN:
             run_tf1(namespace)
@@ -191,7 +189,7 @@ def run_program(
         return 1
     finally:
         torch_hook.settle()  # before the namespace goes (a process group may go with it)
-    if rank == 0 and os.environ.get(Env.OUT) and session_cell is None:
+    if rank == 0 and os.environ.get(Env.OUT) and serve_session is None:
         try:
             _save_result(job, namespace)
         except Exception as exc:
@@ -239,11 +237,12 @@ def main() -> int:
         if os.environ.get(Env.RANK_OUTPUT) != "mpirun":
             _redirect_output(job.log_file(me))
     try:
-        path, program = load_program(job)
+        spec = job.read_spec()
+        path, program = load_program(job, spec)
     except (OSError, SyntaxError, ValueError) as exc:
         print(f"jupyter_distrain: cannot load the program: {exc}", file=sys.stderr)
         return 2  # never said hello: the supervisor counts this process as not started
-    use_job_tmp(job, me)
+    use_job_tmp(job, spec, me)
     # before the hello: once up, the supervisor may ask for a checkpoint at any moment, and
     # SIGUSR1's default action would end the process
     signal.signal(signal.SIGUSR1, instrument.request_checkpoint)
@@ -258,14 +257,13 @@ def main() -> int:
     faulthandler.enable(all_threads=False)
     address = os.environ.get(Env.ADDRESS, "")
     mode = Mode.from_env(os.environ)
-    spec = job.read_spec()
-    first_cell = (
-        Cell(0, "", out=bool(spec.out), out_all=spec.out_all)
-        if spec.session is not None and mode == Mode.TRAIN
-        else None
-    )
+    serve_session = None
+    if spec.session is not None and mode == Mode.TRAIN:  # a session's rank: cells follow
+        first = Cell(0, "", out=bool(spec.out), out_all=spec.out_all)
+        tell = functools.partial(_tell_supervisor, channels, quiet=True)
+        serve_session = functools.partial(session.serve, job.path, me, rank, first, tell=tell)
     hello = contract.hello(
-        me, os.getpid(), socket.gethostname(), address, cells=first_cell is not None
+        me, os.getpid(), socket.gethostname(), address, cells=serve_session is not None
     )
     _tell_supervisor(channels, hello)
     metrics.reporter()  # heartbeats from now on: silence means a hung process
@@ -282,7 +280,7 @@ def main() -> int:
         elastic=bool(os.environ.get("HOROVOD_ELASTIC")),
         convert_horovod=os.environ.get(Env.HOROVOD_AUTOGRAPH) == "1",
     )
-    code = run_program(job, path, program, mode, rank, channels, first_cell)
+    code = run_program(job, path, program, mode, rank, serve_session)
     # Python gives SIGUSR1 back its default action while it shuts down: a checkpoint
     # request arriving then would kill the process that just checkpointed
     signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGUSR1})

@@ -62,13 +62,11 @@ def run_cell(
         exec(program, namespace)
     except SystemExit as exc:
         raise SessionEnded(exc.code) from None
-    except KeyboardInterrupt as exc:
-        signal.signal(signal.SIGINT, _ignore)
-        traceback.print_exception(type(exc), exc, exc.__traceback__.tb_next)
-        return CellState.INTERRUPTED, "KeyboardInterrupt"
     except BaseException as exc:
-        signal.signal(signal.SIGINT, _ignore)
+        signal.signal(signal.SIGINT, _ignore)  # a second interrupt cannot cut the report short
         traceback.print_exception(type(exc), exc, exc.__traceback__.tb_next)
+        if isinstance(exc, KeyboardInterrupt):
+            return CellState.INTERRUPTED, "KeyboardInterrupt"
         return CellState.ERROR, "".join(traceback.format_exception_only(exc)).strip()
     finally:
         signal.signal(signal.SIGINT, _ignore)
@@ -111,17 +109,18 @@ def serve(
     job_path: Path,
     me: ProcessId,
     rank: int,
-    first: tuple[Cell, CodeType | str],
+    first: Cell,
+    program: CodeType | str,
     namespace: dict[str, Any],
     tell: Callable[[dict[str, Any]], bool],
 ) -> int:
-    """Run cell 0 (``first``: the job's program), then every later cell, in
+    """Run cell 0 (``first``, whose ``program`` is the job's), then every later cell, in
     ``namespace``; return the exit code a cell's ``sys.exit`` asked for."""
     signal.signal(signal.SIGINT, _ignore)
     # a process may inherit SIGINT blocked (a Ray worker starts the node's agent so), and
     # then an interrupt would wait for ever
     signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
-    cell, program = first
+    cell = first
     while True:
         state, error, result = CellState.ERROR, "", None
         if isinstance(program, str):

@@ -228,6 +228,7 @@ class AgentProcess(LaunchedProcess):
     sent to it through the agent."""
 
     agent: AgentClient
+    own_job_dir = True
 
     @property
     def pid(self) -> int:  # type: ignore[override]

@@ -216,6 +216,8 @@ class RayProcess(LaunchedProcess):
     supervisor's row takes them then), then copies its output into the log here as it
     comes, and learns its memory and, last, its exit code."""
 
+    own_job_dir = True  # the slot's directory on its node
+
     def __init__(self, actor: Any, host: str, log_path: Path, started: Any):
         self.actor = actor
         self.host = host

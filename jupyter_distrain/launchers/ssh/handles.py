@@ -71,6 +71,8 @@ class RemoteRank(LaunchedProcess):
     """One of mpirun's ranks on a host: it reports its own exit (bye) and lives no
     longer than mpirun; signals go through the host's guard session."""
 
+    own_job_dir = True
+
     def __init__(self, pid: int, host: str, guard: SshProcess, mpirun: LaunchedProcess):
         self.pid = pid
         self.host = host
