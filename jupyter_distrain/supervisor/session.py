@@ -148,12 +148,15 @@ class SessionCells(Periodic):
         if not isinstance(index, int) or entry is None or not entry.runs_cells:
             return
         cell = self._cell(index) if self.active else None
-        if cell is None or not isinstance(state, str):
+        key = str(entry.record.id)
+        # a rank answers a cell once: a later answer (a retry, or after its failure an
+        # "interrupted" from the mark) does not turn the cell's outcome into another
+        if cell is None or not isinstance(state, str) or key in cell.answers:
             return
         answer = {"state": state, "error": str(body.get("error", ""))[:2000]}
         if isinstance(body.get("result"), str):
             answer["result"] = body["result"]
-        cell.answers[str(entry.record.id)] = answer
+        cell.answers[key] = answer
         if state == CellState.ERROR and cell.interrupted is None and not self._finished(cell):
             self._interrupt(index, f"{entry.record.id.describe()}'s cell failed")
 
