@@ -249,9 +249,10 @@ def test_stopping_a_job_and_losing_its_supervisor_leave_no_pooled_process(pool_o
     _ready_pool()
     job = submit(JobSpec(code=sleeper, workers=2, backend=LIGHT))
     assert poll_until(lambda: job.status().state == "running", 60)
-    pids = [p.pid for p in job.status().processes]
+    # taken before the kill: a rank may be gone before a Process could be made after it
+    ranks = [psutil.Process(p.pid) for p in job.status().processes]
     _supervisor_of(job).send_signal(signal.SIGKILL)
-    gone, alive = psutil.wait_procs([psutil.Process(pid) for pid in pids], timeout=15)
+    gone, alive = psutil.wait_procs(ranks, timeout=15)
     assert alive == []
     assert poll_until(lambda: job.status().state == "failed", 15)
 
