@@ -189,10 +189,15 @@ def tree_rss(process: psutil.Process | int) -> int:
     return total
 
 
-def native_stack(pid: int, timeout: float) -> str:
+def native_stack(process: psutil.Process, timeout: float) -> str:
     """``py-spy dump --native --pid PID``: every thread's native and Python frames, read
     without stopping the process for long; or one line saying why not (not installed,
-    not permitted to read it)."""
+    not permitted to read it, ended). ``process`` is known by its pid and start time:
+    py-spy is not attached to another process that took its pid, and what it read is
+    dropped when the pid was taken meanwhile."""
+    pid = process.pid
+    if not running(process):
+        return f"native frames: process {pid} has ended"
     spy = shutil.which(
         "py-spy", path=f"{os.path.dirname(sys.executable)}:{os.environ.get('PATH', '')}"
     )
@@ -210,6 +215,8 @@ def native_stack(pid: int, timeout: float) -> str:
     if done.returncode != 0:
         said = (done.stderr.strip().splitlines() or ["no message"])[0]
         return f"native frames: py-spy could not read process {pid}: {said}"
+    if not running(process):
+        return f"native frames: process {pid} ended while py-spy read it"
     return done.stdout
 
 

@@ -145,7 +145,7 @@ def test_the_agent_sends_as_it_packs_and_removes_only_when_told(job, tmp_path):
     with subprocess.Popen([*agent, "send", str(directory)], stdout=subprocess.PIPE) as sender:
         assert sender.stdout is not None
         stream = PipeStream(sender.stdout, 30, 60, lambda: None)
-        received = Delivery(job, [].append).receive("host h1", stream, False)
+        received = Delivery(job, [].append).receive("host h1", stream, True)
     assert sender.returncode == 0 and received.complete
     assert (job / "checkpoints" / "step").read_text() == "12"
     assert directory.is_dir()  # still there: the notebook side says when it may go
@@ -318,13 +318,21 @@ def test_a_result_from_a_host_other_than_rank_0s_is_refused(job):
     assert warnings == [] and (job / "result.pkl").read_bytes() == b"new"
 
 
-def test_the_result_hosts_checkpoint_wins_whichever_host_comes_last(job):
-    delivery = Delivery(job, [].append)
-    one = archive(entry("checkpoints/step", b"rank 0's"))
-    other = archive(entry("checkpoints/step", b"stale"), entry("checkpoints/only", b"1"))
-    delivery.receive("host h1", io.BytesIO(one), True)
-    assert delivery.receive("host h2", io.BytesIO(other), False).stored == ["checkpoints/only"]
-    assert (job / "checkpoints" / "step").read_bytes() == b"rank 0's"
+def test_checkpoints_come_back_from_rank_0s_host_only(job):
+    """What comes back is handed to every host of the next generation and loaded there
+    (with pickle, by torch.distributed.checkpoint): another host's files, a planted
+    ``.metadata`` among them, are never kept, whichever host comes first."""
+    delivery = Delivery(job, (warnings := []).append)
+    planted = archive(
+        entry("checkpoints/torch-state/.metadata", b"cos\nsystem\n(S'touch /tmp/pwned'\ntR."),
+        entry("checkpoints/only", b"1"),
+    )
+    other = delivery.receive("host h2", io.BytesIO(planted), False)
+    assert other.complete and other.stored == [] and len(other.left) == 2 and warnings == []
+    one = archive(entry("checkpoints/torch-state/.metadata", b"rank 0's"))
+    assert delivery.receive("host h1", io.BytesIO(one), True).complete
+    assert (job / "checkpoints" / "torch-state" / ".metadata").read_bytes() == b"rank 0's"
+    assert not (job / "checkpoints" / "only").exists()
 
 
 def test_a_link_in_the_job_directory_is_not_followed(job, tmp_path):
@@ -489,8 +497,8 @@ def test_a_host_answering_with_a_crafted_archive_changes_nothing_of_the_job(
         assert "forged" not in (own.read_text() if own.exists() else ""), own
     assert "forged" not in job.logs(ProcessId("worker", 0))
     assert (job.dir.checkpoints_dir / "rank0.txt").read_text() == "0"
-    # a checkpoint comes back from every host (what it holds is the host's word)
-    assert (job.dir.checkpoints_dir / "rank1.txt").read_text() == "from the host, not rank 1"
+    # checkpoints come back from rank 0's host only (each host's go to every host next)
+    assert not (job.dir.checkpoints_dir / "rank1.txt").exists()
     assert [p.name for p in jobs_root.iterdir()] == [job.id]  # no ../escaped
     assert files_under(outside) == set()
     warned = job.status().warnings

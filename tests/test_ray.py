@@ -250,7 +250,9 @@ def said_address(job: Job, index: int) -> str:
 def test_a_torch_session_on_two_nodes_keeps_its_state_and_survives_an_interrupt(
     cluster, driver, kernel, jobs_root
 ):
-    job = check_a_session_across(kernel, cluster.flags(), jobs_root)
+    job = check_a_session_across(
+        kernel, cluster.flags(), jobs_root, lambda job_id: node_dirs(cluster, job_id)
+    )
     wait_for(lambda: leftovers(driver, job.id) == [], 15, what="the session's actors to go")
     assert node_dirs(cluster, job.id) == []
 

@@ -58,12 +58,15 @@ class RecordingAuthorizer(AllowAllAuthorizer):
     class, loaded by the server from its config)."""
 
     read_only = False
+    no_execute = False  # refuses ``execute`` (native stacks) while set
     asked: list[tuple[str, str]] = []
 
     def is_authorized(self, handler, user, action, resource) -> bool:
         if resource == "distrain":
             self.asked.append((handler.request.method, action))
             if action == "write" and RecordingAuthorizer.read_only:
+                return False
+            if action == "execute" and RecordingAuthorizer.no_execute:
                 return False
         return True
 
@@ -77,6 +80,7 @@ def jp_base_url() -> str:
 def jp_server_config(monkeypatch):
     monkeypatch.setenv("JUPYTER_DISTRAIN_ACTIVITY_SECONDS", str(ACTIVITY_SECONDS))
     RecordingAuthorizer.read_only = False
+    RecordingAuthorizer.no_execute = False
     RecordingAuthorizer.asked.clear()
     return {
         "ServerApp": {
@@ -184,9 +188,25 @@ async def test_patch_scales_a_running_job_and_delete_stops_it(jp_fetch):
 
 
 async def test_stacks_of_a_running_job_grouped_then_the_kept_ones_once_it_ended(jp_fetch):
+    """A POST takes them (each process is signalled); a GET reads the last ones kept and
+    signals nothing; native frames (py-spy attached) need the execute permission."""
     job = api.submit(JobSpec(code=STACKS_PROGRAM, workers=3, backend="plain", grace=1))
     wait_until_up(job, 3)
-    model = _json(await jp_fetch("distrain", "jobs", job.id, "stacks"))
+    stacks = ("distrain", "jobs", job.id, "stacks")
+    code, message = await _error(jp_fetch, *stacks)
+    assert code == 404 and "were taken yet: POST to take them" in message
+    assert job.kept_stacks() == [] and not [
+        e for e in job.dir.read_events() if e["event"] == "stacks"
+    ]
+    RecordingAuthorizer.no_execute = True
+    code, message = await _error(
+        jp_fetch, *stacks, method="POST", body=json.dumps({"native": True})
+    )
+    assert code == 403 and "execute" in message and job.kept_stacks() == []
+    assert ("POST", "execute") in RecordingAuthorizer.asked
+    code, _ = await _error(jp_fetch, *stacks, method="POST", body=json.dumps({"native": 1}))
+    assert code == 400
+    model = _json(await jp_fetch(*stacks, method="POST", body=json.dumps({})))
     assert model["kept"] is False and model["odd_ones_out"] == ["rank 1"]
     assert [g["headline"] for g in model["groups"]] == [
         "rank 1: train.py:6 in load_batch  time.sleep(300)",
@@ -194,11 +214,15 @@ async def test_stacks_of_a_running_job_grouped_then_the_kept_ones_once_it_ended(
     ]
     assert model["text"].splitlines()[1] == "  " + model["groups"][0]["headline"]
     assert job.state == "running"
+    read = _json(await jp_fetch(*stacks))
+    assert read["kept"] is True and read["taken"] == model["taken"]
     job.stop()
-    kept = _json(await jp_fetch("distrain", "jobs", job.id, "stacks"))
+    kept = _json(await jp_fetch(*stacks, method="POST", body=json.dumps({"native": False})))
     assert kept["kept"] is True and kept["taken"] == model["taken"]
     done = _finished_job()
-    code, message = await _error(jp_fetch, "distrain", "jobs", done.id, "stacks")
+    code, message = await _error(
+        jp_fetch, "distrain", "jobs", done.id, "stacks", method="POST", body="{}"
+    )
     assert code == 404 and "no stacks were taken while it ran" in message
 
 
@@ -260,6 +284,7 @@ async def test_every_route_needs_authentication(jp_fetch):
         ("GET", ("distrain", "jobs", job.id, "logs")),
         ("GET", ("distrain", "jobs", job.id, "metrics")),
         ("GET", ("distrain", "jobs", job.id, "stacks")),
+        ("POST", ("distrain", "jobs", job.id, "stacks")),
         ("GET", ("distrain", "flags")),
         ("POST", ("distrain", "flags", "check")),
     ]

@@ -172,7 +172,7 @@ def test_a_torch_ddp_job_runs_one_rank_on_each_node(cluster, jobs_root):
 def test_a_torch_session_on_two_nodes_keeps_its_state_and_survives_an_interrupt(
     cluster, kernel, jobs_root
 ):
-    job = check_a_session_across(kernel, f"{cluster.flags()} --nodes 2", jobs_root)
+    job = check_a_session_across(kernel, f"{cluster.flags()} --nodes 2", jobs_root, node_dirs)
     nothing_left(cluster)
     assert node_dirs(job.id) == []
 

@@ -8,7 +8,9 @@ directory) is the real code. The whole file runs in about a second.
 
 from __future__ import annotations
 
+import base64
 import itertools
+import json
 import signal
 import threading
 from concurrent.futures import Future
@@ -18,6 +20,8 @@ import pytest
 
 from jupyter_distrain.backends.base import Services, WorkerCommand
 from jupyter_distrain.client.widget import gpu_text
+from jupyter_distrain.contract import session as cells
+from jupyter_distrain.contract.keys import PROOF, prove
 from jupyter_distrain.contract.launch import GpuUsage, LaunchedProcess, ProcessSpec, Slot
 from jupyter_distrain.contract.process import CHECKPOINT_EXIT, Env, ProcessId, bye, hello
 from jupyter_distrain.contract.spec import JobSpec
@@ -32,6 +36,7 @@ from jupyter_distrain.contract.store import JobDir
 from jupyter_distrain.launchers.base import Launcher
 from jupyter_distrain.plugins import LAUNCHERS, load_plugin
 from jupyter_distrain.supervisor import events as ev
+from jupyter_distrain.supervisor import session
 from jupyter_distrain.supervisor.core import Supervisor
 from jupyter_distrain.timing import Deadline
 
@@ -137,6 +142,11 @@ class Harness:
         return {p.proc.id: p for p in FakeLauncher.started}
 
     def send(self, event) -> None:
+        """Dispatch ``event``; what a process says of itself carries its proof, as a
+        worker's does (``contract/keys.py``), unless the test gave it one (a forgery)."""
+        body = getattr(event, "body", None)
+        if isinstance(body, dict) and PROOF not in body and ProcessId.of(body) is not None:
+            event.body = prove(self.sup.worker.keys.key(ProcessId.of(body)), body)
         self.sup.dispatch(event)
 
     def ask(self, event):
@@ -721,3 +731,79 @@ def test_a_remote_process_reported_after_its_hello_gets_its_pid_and_pool_in_its_
     h.sup.save()
     row = {p.id: p for p in h.state.processes}[W1]
     assert (row.pid, row.create_time, row.pooled) == (os_pid, 1234.5, True)
+
+
+def _session(harness, workers: int = 2) -> Harness:
+    """A session whose ranks all said hello, running cells."""
+    h = harness(session="s", workers=workers, backend="plain")
+    for pid, proc in h.procs.items():
+        h.send(ev.Hello(hello(pid, proc.pid, "localhost", "127.0.0.1", cells=True)))
+    return h
+
+
+def _answer(h: Harness, index: int) -> list[str]:
+    """Which ranks answered cell ``index`` and how, as the notebook is told."""
+    answers = h.ask(session.CellStatusAsked(index))["answers"]
+    return sorted(f"{p}:{a['state']}" for p, a in answers.items())
+
+
+def test_a_cell_answer_counts_only_from_the_process_it_names_and_for_a_written_cell(harness):
+    """Every rank holds the job's secret: an answer signed with it alone, or with another
+    rank's key, or for a cell the notebook has not written, is refused (said in the
+    job's events) and the cell waits for the rank's own answer."""
+    h = _session(harness)
+    cells.write_cell(h.job.path, cells.Cell(1, "x = 1"))
+    h.ask(session.CellPosted(1))
+    forged = cells.cell_done(W0, 1, "ok", result=b"planted")
+    h.send(session.CellDone({**forged, PROOF: "0" * 64}))  # the secret only
+    h.send(session.CellDone(prove(h.sup.worker.keys.key(W1), forged)))  # rank 1's key
+    h.send(session.CellDone(cells.cell_done(W1, 2, "error", "Boom: early")))  # not written
+    assert _answer(h, 1) == [] and _answer(h, 2) == []
+    refused = h.events("cell_answer_refused")
+    assert [(e["process"], e["cell"]) for e in refused] == [
+        ("worker-0", 1),
+        ("worker-0", 1),
+        ("worker-1", 2),
+    ]
+    assert "not written" in refused[2]["reason"] and "proof" in refused[0]["reason"]
+    assert not cells.interrupt_file(h.job.path, 2).exists()  # nothing was interrupted
+    h.send(session.CellDone(cells.cell_done(W0, 1, "ok", result=b"real")))
+    h.send(session.CellDone(cells.cell_done(W1, 1, "ok")))
+    assert _answer(h, 1) == ["worker-0:ok", "worker-1:ok"]
+    said = h.ask(session.CellStatusAsked(1))["answers"]["worker-0"]
+    assert said["digest"] == cells.digest(b"real") and "result" not in said
+    inline = h.ask(session.CellResultAsked(1, "worker-0"))["result"]
+    assert base64.b64decode(inline) == b"real"
+
+
+def test_a_ranks_early_failure_on_a_written_cell_interrupts_that_cell(harness):
+    """A quick local rank may answer before the notebook's word of the cell reaches the
+    supervisor: once the cell's file is there, its failure marks that cell (not the one
+    before), and its own later "interrupted" does not replace the failure."""
+    h = _session(harness)
+    cells.write_cell(h.job.path, cells.Cell(1, "1 / 0"))
+    h.send(session.CellDone(cells.cell_done(W1, 1, "error", "Boom: early")))
+    assert cells.interrupt_file(h.job.path, 1).exists()
+    assert h.procs[W0].signals == [signal.SIGINT] and h.procs[W1].signals == []
+    h.ask(session.CellPosted(1))
+    h.send(session.CellDone(cells.cell_done(W1, 1, "interrupted", "KeyboardInterrupt")))
+    h.send(session.CellDone(cells.cell_done(W0, 1, "interrupted", "KeyboardInterrupt")))
+    assert _answer(h, 1) == ["worker-0:interrupted", "worker-1:error"]
+
+
+def test_a_cells_status_stays_small_whatever_the_number_of_ranks_and_results(harness):
+    """64 ranks each sending a 32 KiB result and a long error: the status carries
+    states, digests and the first errors only (results are asked one at a time)."""
+    h = _session(harness, workers=64)
+    cells.write_cell(h.job.path, cells.Cell(1, "x", out=True, out_all=True))
+    h.ask(session.CellPosted(1))
+    for pid in h.procs:
+        state = "error" if pid.index % 2 else "ok"
+        body = cells.cell_done(pid, 1, state, "E" * 5000, result=b"r" * cells.INLINE_OUT_BYTES)
+        h.send(session.CellDone(body))
+    reply = h.ask(session.CellStatusAsked(1))
+    assert len(reply["answers"]) == 64
+    assert len(json.dumps(reply)) < 16 * 1024
+    errors = [p for p, a in reply["answers"].items() if "error" in a]
+    assert sorted(errors, key=ProcessId.parse) == ["worker-1", "worker-3", "worker-5", "worker-7"]
+    assert len(h.ask(session.CellResultAsked(1, "worker-63"))["result"]) > 40_000

@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, ClassVar, Protocol
 
+from ..contract.keys import ProcessKeys
 from ..contract.process import ProcessId
 
 if TYPE_CHECKING:
@@ -25,10 +26,12 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True)
 class WorkerCommand:
-    """How to run the worker bootstrap; every process of a plan carries ``env``."""
+    """How to run the worker bootstrap; every process of a plan carries ``env``, and
+    its own key from ``keys`` (the supervisor's: ``contract/keys.py``)."""
 
     argv: list[str]
     env: dict[str, str]
+    keys: ProcessKeys = field(default_factory=ProcessKeys)
 
     def process(
         self,

@@ -35,7 +35,8 @@ def mpirun_process(
     env = {**worker.env, Env.IDENTITY_FROM_MPI: "1", **(backend_env or {})}
     # Locally mpirun's children inherit its environment; -x carries it to other hosts.
     inherited = {"PATH", "PYTHONPATH", "LD_LIBRARY_PATH"} & set(os.environ)
-    for key in sorted({*env, *user_env, *inherited}):
+    # the ranks' keys, which the supervisor adds as it starts mpirun (contract/keys.py)
+    for key in sorted({*env, *user_env, *inherited, Env.KEYS}):
         argv += ["-x", key]
     ranks = {ProcessId("worker", slot.index): slot for slot in slots}
     return ProcessSpec(ProcessId("mpirun", 0), argv + worker.argv, env, hosts=ranks)

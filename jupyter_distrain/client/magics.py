@@ -179,7 +179,7 @@ class DistributedMagics(Magics):
         if run.job.done:  # the session ended during the cell (stopped): said by its view
             print(f"Session {spec.session} {run.job.state}.", flush=True)
             return
-        values = run.outcome(every_rank=spec.out_all)
+        values = run.outcome(bool(spec.out), every_rank=spec.out_all)
         if spec.out:
             if not values:
                 raise sessions.CellFailed(

@@ -188,11 +188,12 @@ class CellRun:
             refreshed(self.view, force=True)
         return self.run.state
 
-    def outcome(self, every_rank: bool = False) -> list[Any]:
-        """Rank 0's ``result`` sent back (``every_rank``: every rank's, in rank order),
-        unpickled only from those processes (a value another host sends unasked is
-        left alone); raises :class:`CellFailed` when the cell failed or was interrupted
-        on some rank."""
+    def outcome(self, out: bool = False, every_rank: bool = False) -> list[Any]:
+        """Rank 0's ``result`` sent back when the cell asked for it (``out``; with
+        ``every_rank``: every rank's, in rank order); raises :class:`CellFailed` when the
+        cell failed or was interrupted on some rank. A result is unpickled only from the
+        process asked, and only when its bytes have the digest of that process's own
+        answer (which the supervisor filed only with that process's proof)."""
         name = self.job.spec.session
         ranked = sorted(self.answers, key=ProcessId.parse)
         failed = [p for p in ranked if self.answers[p]["state"] == CellState.ERROR]
@@ -200,25 +201,37 @@ class CellRun:
             first = self.answers[failed[0]]
             where = ProcessId.parse(failed[0]).describe()
             others = f" (and {len(failed) - 1} more)" if len(failed) > 1 else ""
-            raise CellFailed(f"cell {self.index} failed on {where}{others}: {first['error']}")
+            raise CellFailed(
+                f"cell {self.index} failed on {where}{others}: {first.get('error', '')}"
+            )
         if any(self.answers[p]["state"] == CellState.INTERRUPTED for p in ranked):
             raise CellFailed(
                 f"KeyboardInterrupt: cell {self.index} interrupted; every rank is back at its "
                 f"prompt and session {name} goes on"
             )
+        if not out:
+            return []
         asked = ranked if every_rank else ranked[:1]  # rank 0 runs first: chief-0, worker-0
         sent = [self._result_data(p) for p in asked]
         return [pickle.loads(data)["value"] for data in sent if data is not None]
 
     def _result_data(self, process: str) -> bytes | None:
-        """What ``process`` sent back: its file here (a local rank), else what came inline
-        in its answer (a rank on another host); None when neither."""
-        path = cells.out_file(self.job.dir.path, self.index, ProcessId.parse(process))
+        """What ``process`` sent back, with the digest of its answer: its file here (a
+        local rank), else what came inline with its answer (a rank on another host);
+        None when neither (or the bytes are not what it said it sent)."""
+        want = self.answers[process].get("digest")
+        if not isinstance(want, str):
+            return None
+        pid = ProcessId.parse(process)
         try:
-            return path.read_bytes()
+            data = cells.out_file(self.job.dir.path, self.index, pid).read_bytes()
         except FileNotFoundError:
-            inline = self.answers[process].get("result")
-            return base64.b64decode(inline) if isinstance(inline, str) else None
+            data = b""
+        if cells.digest(data) == want:
+            return data
+        inline = self.job.request(cells.cell_result_request(self.index, pid)).get("result")
+        data = base64.b64decode(inline) if isinstance(inline, str) else b""
+        return data if cells.digest(data) == want else None
 
 
 def next_index(job: Job) -> int:

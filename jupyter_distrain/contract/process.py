@@ -117,6 +117,9 @@ class Env:
     ACTIVITY_SECONDS = "JUPYTER_DISTRAIN_ACTIVITY_SECONDS"
     # the descriptor of what a process is handed in memory (see handoff.py)
     HANDOFF_FD = "JUPYTER_DISTRAIN_HANDOFF_FD"
+    # the process's own key (contract/keys.py), and a helper's members' keys (JSON)
+    KEY = "JUPYTER_DISTRAIN_KEY"
+    KEYS = "JUPYTER_DISTRAIN_KEYS"
 
 
 class Mode:
@@ -232,6 +235,7 @@ class Op:
     CELL = "cell"  # the notebook wrote a cell for every rank (the supervisor relays it)
     CELL_DONE = "cell_done"  # a rank ran a cell
     CELL_STATUS = "cell_status"  # which ranks ran a cell, and how
+    CELL_RESULT = "cell_result"  # the result one rank sent with its answer
     INTERRUPT = "interrupt"  # KeyboardInterrupt in every rank's running cell
 
 

@@ -9,14 +9,21 @@ milliseconds of its writing. Ranks on other hosts get the same files from the
 supervisor through their host's agent (``Op.CELL``).
 
 A rank answers each cell with ``Op.CELL_DONE``: ``ok``, ``error`` (its traceback is in
-its log) or ``interrupted``. Rank 0 (every rank, with ``out_all``) leaves the cell's
-``result`` in ``session/N.<process>.out.pkl``, and sends it inline too when it is small
-(a rank on another host has its own copy of the directory).
+its log) or ``interrupted``, with its own proof (``contract/keys.py``): the supervisor
+files an answer only from the process it names, and only for a cell the notebook has
+written. Rank 0 (every rank, with ``out_all``) leaves the cell's ``result`` in
+``session/N.<process>.out.pkl``, sends its SHA-256 ``digest`` in the answer, and the
+result itself inline too when it is small (a rank on another host has its own copy of
+the directory). The notebook asks for the answers (``Op.CELL_STATUS``: states and
+digests, bounded whatever the number of ranks), then for each result it wants on its own
+(``Op.CELL_RESULT``), and unpickles a result only when the cell asked for it and its
+bytes have the digest the proven answer gave.
 """
 
 from __future__ import annotations
 
 import base64
+import hashlib
 import json
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -27,6 +34,8 @@ from .process import Op, ProcessId
 
 CELLS_DIR = "session"
 INLINE_OUT_BYTES = 32 * 1024  # a result sent inline in a CELL_DONE (control lines: 64 KiB)
+ERROR_CHARS = 2000  # of a rank's one-line error, kept with its answer
+ERRORS_SAID = 4  # failed ranks whose errors a status reply carries (the first by rank)
 PROMPT_POLL_SECONDS = 0.002  # how often a rank at its prompt looks for the next cell
 SCALE_REFUSED = (
     "a session's variables live in its ranks, and a resize restarts them: stop the "
@@ -132,21 +141,34 @@ def cell_request(index: int) -> dict[str, Any]:
     return {"op": Op.CELL, "cell": index}
 
 
+def digest(data: bytes) -> str:
+    """What an answer says of its result's bytes."""
+    return hashlib.sha256(data).hexdigest()
+
+
 def cell_done(
     process: ProcessId, index: int, state: str, error: str = "", result: bytes | None = None
 ) -> dict[str, Any]:
-    """A rank ran cell ``index``; ``result``: its pickled ``result``, when small enough."""
+    """A rank ran cell ``index``; ``result``: its pickled ``result`` (its digest always,
+    the bytes too when small enough)."""
     body = {"op": Op.CELL_DONE, **process.fields(), "cell": index, "state": state}
     if error:
-        body["error"] = error[:2000]
-    if result is not None and len(result) <= INLINE_OUT_BYTES:
-        body["result"] = base64.b64encode(result).decode()
+        body["error"] = error[:ERROR_CHARS]
+    if result is not None:
+        body["digest"] = digest(result)
+        if len(result) <= INLINE_OUT_BYTES:
+            body["result"] = base64.b64encode(result).decode()
     return body
 
 
 def cell_status_request(index: int) -> dict[str, Any]:
     """Ask which ranks ran cell ``index``, and how."""
     return {"op": Op.CELL_STATUS, "cell": index}
+
+
+def cell_result_request(index: int, process: ProcessId) -> dict[str, Any]:
+    """Ask for the result ``process`` sent inline with its answer to cell ``index``."""
+    return {"op": Op.CELL_RESULT, "cell": index, "process": str(process)}
 
 
 def interrupt_request() -> dict[str, Any]:

@@ -42,7 +42,7 @@ class KnownProcess(LaunchedProcess):
         self.oom = processes.OomCounter.of(self.pid)
 
     def native_stack(self) -> str:
-        return processes.native_stack(self.pid, NATIVE_SECONDS)
+        return processes.native_stack(self.process, NATIVE_SECONDS)
 
     def oom_killed(self) -> bool:
         return not self.sent_kill and self.oom is not None and self.oom.struck()

@@ -203,7 +203,12 @@ class LocalLauncher(Launcher):
         return PooledProcess.of(claimed)
 
     def adopt(self, pid: int, host: str) -> LaunchedProcess | None:
+        """One of mpirun's ranks: only a descendant of a process this launcher started
+        (a hello naming any other pid would have the job signal a stranger)."""
         try:
+            if not any(p.pid in self._started for p in psutil.Process(pid).parents()):
+                log.warning("process %d is not one this job started: not adopted", pid)
+                return None
             return AdoptedProcess(pid)
         except psutil.NoSuchProcess:
             return None

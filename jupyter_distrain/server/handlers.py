@@ -126,6 +126,17 @@ class DistrainHandler(APIHandler):
     def _track_activity(self) -> bool:  # type: ignore[override]
         return self.request.method not in ("GET", "HEAD")
 
+    def _body(self, shape: str, empty: str = "null") -> dict[str, Any]:
+        """The request's JSON object (``shape``: what the 400 names); ``empty``: what a
+        request without a body means."""
+        try:
+            body = json.loads(self.request.body or empty)
+        except ValueError:
+            raise web.HTTPError(400, "the body is not JSON") from None
+        if not isinstance(body, dict):
+            raise web.HTTPError(400, f"the body must be a JSON object: {shape}")
+        return body
+
 
 class JobsHandler(DistrainHandler):
     """``GET /distrain/jobs``: every job, newest first; ``DELETE`` removes finished jobs
@@ -160,7 +171,7 @@ class JobHandler(DistrainHandler):
     @authorized
     async def patch(self, job_id: str) -> None:
         job = _job(job_id)
-        body = self._body()
+        body = self._body('{"workers": N}')
         workers = body.get("workers")
         if set(body) != {"workers"} or not isinstance(workers, int) or isinstance(workers, bool):
             raise web.HTTPError(400, 'the body must be {"workers": N} with a whole number N')
@@ -181,15 +192,6 @@ class JobHandler(DistrainHandler):
         await IOLoop.current().run_in_executor(None, lambda: job.stop(wait=False))
         self.set_status(202)
         self.finish(json.dumps(job_model(job)))
-
-    def _body(self) -> dict[str, Any]:
-        try:
-            body = json.loads(self.request.body or b"null")
-        except ValueError:
-            raise web.HTTPError(400, "the body is not JSON") from None
-        if not isinstance(body, dict):
-            raise web.HTTPError(400, 'the body must be a JSON object: {"workers": N}')
-        return body
 
 
 class LogsHandler(DistrainHandler):
@@ -249,17 +251,33 @@ class MetricsHandler(DistrainHandler):
 
 
 class StacksHandler(DistrainHandler):
-    """``GET /distrain/jobs/<id>/stacks[?native=1]``: every live process's stacks, taken
-    now without stopping the job (up to seconds, off the event loop), grouped
-    (``StacksReport.model``), with native frames where asked (py-spy);
-    for an ended job the last ones taken while it ran (``"kept": true``). A read: taking
-    them changes nothing of the job."""
+    """``GET /distrain/jobs/<id>/stacks``: the last stacks taken (``"kept": true``), a
+    read that signals nothing. ``POST`` (``{"native": false}``): every live process's
+    stacks taken now without stopping the job (each is signalled: up to seconds, off
+    the event loop), grouped (``StacksReport.model``); for an ended job the last ones
+    taken while it ran. ``"native": true`` attaches py-spy to every process as well:
+    authorized as ``execute``, since it runs a debugger against the user's processes."""
 
     @web.authenticated
     @authorized
-    async def get(self, job_id: str) -> None:
+    def get(self, job_id: str) -> None:
+        kept = _job(job_id).kept_stacks()
+        if not kept:
+            raise web.HTTPError(404, f"no stacks of job {job_id} were taken yet: POST to take them")
+        self.finish(json.dumps({**kept[-1].model(), "kept": True}))
+
+    @web.authenticated
+    @authorized
+    async def post(self, job_id: str) -> None:
         job = _job(job_id)
-        native = self.get_query_argument("native", "") in ("1", "true")
+        body = self._body('{"native": true|false}', empty="{}")
+        if set(body) - {"native"} or not isinstance(body.get("native", False), bool):
+            raise web.HTTPError(400, 'the body must be {"native": true|false}')
+        native = body.get("native", False)
+        if native and not self.authorizer.is_authorized(
+            self, self.current_user, "execute", self.auth_resource
+        ):
+            raise web.HTTPError(403, "native stacks need the execute permission")
         try:
             report, kept = await IOLoop.current().run_in_executor(None, job.latest_stacks, native)
         except NoStacks as exc:

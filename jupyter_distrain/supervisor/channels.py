@@ -26,7 +26,7 @@ from .events import (
     StopProcesses,
     StopRequested,
 )
-from .session import CellDone, CellPosted, CellStatusAsked, InterruptRequested
+from .session import CellDone, CellPosted, CellResultAsked, CellStatusAsked, InterruptRequested
 
 ANSWER_SECONDS = 30.0  # how long a client's request waits for the loop
 STACKS_SECONDS = STACKS_ANSWER_SECONDS + NATIVE_SECONDS  # the longest a collection takes
@@ -100,6 +100,9 @@ class Channels:
             return future.result(timeout=ANSWER_SECONDS + STACKS_SECONDS)
         if op == Op.CELL_STATUS:
             return self.inbox.ask(CellStatusAsked(_cell_index(body)), ANSWER_SECONDS)
+        if op == Op.CELL_RESULT:
+            process = str(ProcessId.parse(str(body.get("process"))))
+            return self.inbox.ask(CellResultAsked(_cell_index(body), process), ANSWER_SECONDS)
         if op == Op.CELL:
             return self.inbox.ask(CellPosted(_cell_index(body)), ANSWER_SECONDS) or {}
         if op == Op.CELL_DONE:

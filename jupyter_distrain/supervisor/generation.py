@@ -94,6 +94,7 @@ class Generation:
         if entry is None or entry.handle is not None:  # new, or a new one in an ended's slot
             entry = self._row(proc)
         proc.env.update(identity_env(proc.id, proc.slot.address if proc.slot else None))
+        proc.env.update(self.worker.keys.env(proc.id, proc.hosts))
         log_path = self.job.log_file(proc.id)
         handle = self.launcher.start(proc, log_path)
         self.table.started(entry, handle, str(log_path.relative_to(self.job.path)))

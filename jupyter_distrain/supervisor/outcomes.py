@@ -26,7 +26,7 @@ from ..contract.launch import LaunchedProcess
 from ..contract.process import CHECKPOINT_EXIT, ProcessId, metric_number
 from ..contract.status import ProcessRecord
 from ..contract.tail import last_lines
-from .table import record_exit
+from .table import Entry, record_exit
 
 TAIL_LINES = 20  # of the failing process's log, kept with the job's error
 
@@ -42,10 +42,21 @@ class ProcessEvents:
     def __init__(self, supervisor: Supervisor):
         self.supervisor = supervisor
 
+    def proven(self, body: dict[str, Any]) -> Entry | None:
+        """The entry of the process a message names, when it carries that process's proof
+        (``contract/keys.py``): a hello or a bye from anyone else (any holder of the job's
+        secret) is logged and dropped."""
+        sup = self.supervisor
+        entry = sup.table.entry(ProcessId.of(body))
+        if entry is None or sup.worker.keys.proven(entry.record.id, body):
+            return entry
+        log.warning("a %s for %s without its proof was dropped", body.get("op"), entry.record.id)
+        return None
+
     def on_hello(self, body: dict[str, Any]) -> None:
         """A member is up. One that a helper started (an MPI rank) is adopted here."""
         sup = self.supervisor
-        entry = sup.table.entry(ProcessId.of(body))
+        entry = self.proven(body)
         if entry is None or entry.host is None and entry.handle is None:
             return
         record = entry.record
@@ -79,7 +90,7 @@ class ProcessEvents:
         failed: its exit may come seconds later (JAX's and Horovod's shutdown at exit wait on
         the peers), and a peer failing because it left must not be taken for the first failure.
         A success (or a checkpoint) still waits for the exit, which wait() reports."""
-        entry = self.supervisor.table.entry(ProcessId.of(body))
+        entry = self.proven(body)
         if entry is None or entry.handle is None:
             return
         code = body.get("code")

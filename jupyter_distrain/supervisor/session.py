@@ -60,6 +60,14 @@ class CellStatusAsked:
 
 
 @dataclass
+class CellResultAsked:
+    """The notebook asks for the result ``process`` sent with its answer to cell ``index``."""
+
+    index: int
+    process: str
+
+
+@dataclass
 class InterruptRequested:
     """The notebook interrupted the running cell (control channel)."""
 
@@ -72,6 +80,7 @@ class _Cell:
 
     posted: float = field(default_factory=time.monotonic)
     answers: dict[str, dict[str, Any]] = field(default_factory=dict)
+    results: dict[str, str] = field(default_factory=dict)  # inline results, base64
     interrupted: float | None = None  # when its ranks were interrupted
 
 
@@ -97,6 +106,7 @@ class SessionCells(Periodic):
             CellPosted: lambda e: self.posted(e.index),
             CellDone: lambda e: self.done(e.body),
             CellStatusAsked: lambda e: self.answer(e.index),
+            CellResultAsked: lambda e: self.result(e.index, e.process),
             InterruptRequested: lambda e: self.interrupt(e.reason),
         }
 
@@ -143,9 +153,18 @@ class SessionCells(Periodic):
                 handle.receive_files(data)
 
     def done(self, body: dict[str, Any]) -> None:
+        """A rank's answer, filed only when it proves it comes from the process it names
+        (``contract/keys.py``: every rank holds the job's secret, not the others' keys)
+        and answers a cell the notebook has written."""
         pid, index, state = ProcessId.of(body), body.get("cell"), body.get("state")
         entry = self.supervisor.table.entry(pid)
         if not isinstance(index, int) or entry is None or not entry.runs_cells:
+            return
+        if not self.supervisor.worker.keys.proven(entry.record.id, body):
+            self._refuse(entry, index, "it does not carry that process's proof")
+            return
+        if index > self.latest and not cells.cell_file(self.supervisor.job.path, index).exists():
+            self._refuse(entry, index, "the notebook has not written that cell")
             return
         cell = self._cell(index) if self.active else None
         key = str(entry.record.id)
@@ -153,20 +172,47 @@ class SessionCells(Periodic):
         # "interrupted" from the mark) does not turn the cell's outcome into another
         if cell is None or not isinstance(state, str) or key in cell.answers:
             return
-        answer = {"state": state, "error": str(body.get("error", ""))[:2000]}
-        if isinstance(body.get("result"), str):
-            answer["result"] = body["result"]
+        answer = {"state": state}
+        if state == CellState.ERROR:
+            answer["error"] = str(body.get("error", ""))[: cells.ERROR_CHARS]
+        if isinstance(body.get("digest"), str):
+            answer["digest"] = body["digest"]
+            if isinstance(body.get("result"), str):
+                cell.results[key] = body["result"]
         cell.answers[key] = answer
         if state == CellState.ERROR and cell.interrupted is None and not self._finished(cell):
             self._interrupt(index, f"{entry.record.id.describe()}'s cell failed")
 
+    def _refuse(self, entry: Entry, index: int, why: str) -> None:
+        """An answer for ``entry`` that is not filed: said in the job's events and log."""
+        name = entry.record.id.describe()
+        log.warning("an answer for %s to cell %d was refused: %s", name, index, why)
+        self.supervisor.job.append_event(
+            "cell_answer_refused", process=str(entry.record.id), cell=index, reason=why
+        )
+
     def answer(self, index: int) -> dict[str, Any]:
-        """Which ranks ran cell ``index`` and how; ``runners``: who runs cells."""
+        """Which ranks ran cell ``index`` and how (``runners``: who runs cells), bounded
+        whatever the number of ranks: the first failures' errors only, and no result
+        (each is asked on its own: :meth:`result`)."""
         cell = self.cells.get(index)
+        answers = {} if cell is None else cell.answers
+        failed = sorted((p for p, a in answers.items() if "error" in a), key=ProcessId.parse)[
+            cells.ERRORS_SAID :
+        ]
         return {
             "runners": sorted(str(e.record.id) for e in self.runners()),
-            "answers": {} if cell is None else cell.answers,
+            "answers": {
+                p: {k: v for k, v in a.items() if k != "error" or p not in failed}
+                for p, a in answers.items()
+            },
         }
+
+    def result(self, index: int, process: str) -> dict[str, Any]:
+        """The result ``process`` sent inline with its answer to cell ``index``, if any."""
+        cell = self.cells.get(index)
+        inline = None if cell is None else cell.results.get(process)
+        return {} if inline is None else {"result": inline}
 
     def interrupt(self, reason: str) -> None:
         cell = self.cells.get(self.latest)

@@ -122,6 +122,9 @@ class Stacks(Periodic):
         pid = ProcessId.of(body)
         if current is None or pid is None or pid not in current.asked:
             return  # late, or from no process asked: nothing waits for it
+        if not self.supervisor.worker.keys.proven(pid, body):
+            log.warning("stacks for %s without its proof were dropped", pid)
+            return
         try:
             stacks = ProcessStacks.from_dict(body["stacks"])
         except (KeyError, ValueError, TypeError) as exc:

@@ -43,6 +43,7 @@ from typing import Any
 
 from ..contract import control, metrics
 from ..contract import process as contract
+from ..contract.keys import own_key, prove
 from ..contract.process import Env, Mode, ProcessId, WorkerChannels
 from ..contract.session import Cell
 from ..contract.spec import JobSpec
@@ -88,12 +89,15 @@ def use_job_tmp(job: JobDir, spec: JobSpec, me: ProcessId) -> None:
     tempfile.tempdir = str(path)  # a pooled process may have asked for the default already
 
 
-def _tell_supervisor(channels: WorkerChannels, body: dict[str, Any], quiet: bool = False) -> bool:
-    """Send ``body``; whether the supervisor took it (``quiet``: say nothing when not)."""
+def _tell_supervisor(
+    channels: WorkerChannels, key: str, body: dict[str, Any], quiet: bool = False
+) -> bool:
+    """Send ``body`` with this process's proof (``key``: ``contract/keys.py``); whether
+    the supervisor took it (``quiet``: say nothing when not)."""
     if not channels.control:
         return True
     try:
-        reply = control.request(channels.control, channels.secret, body)
+        reply = control.request(channels.control, channels.secret, prove(key, body))
     except (OSError, ValueError) as exc:
         if not quiet:
             print(f"jupyter_distrain: cannot reach the supervisor: {exc}", file=sys.stderr)
@@ -230,6 +234,7 @@ def main() -> int:
         print(f"jupyter_distrain: {exc}", file=sys.stderr)
         return 2
     me: ProcessId = contract.identity_from(os.environ)
+    key = own_key(me)  # first: nothing this process starts inherits it
     rank = contract.rank_from(os.environ)
     os.environ[Env.RANK] = str(rank)  # the user's program may read it
     if os.environ.get(Env.IDENTITY_FROM_MPI):  # one of mpirun's ranks: its own log
@@ -250,7 +255,7 @@ def main() -> int:
         str(me),
         me.describe(),
         stacks.own_roots(channels.job_dir, path),
-        lambda answer: _tell_supervisor(channels, contract.stacks_taken(me, answer)),
+        lambda answer: _tell_supervisor(channels, key, contract.stacks_taken(me, answer)),
     )
     # a native crash (segfault, abort, bus error) writes the crashing thread's Python
     # stack to the log before the process dies: the cell shows where it was, not a code
@@ -260,12 +265,12 @@ def main() -> int:
     serve_session = None
     if spec.session is not None and mode == Mode.TRAIN:  # a session's rank: cells follow
         first = Cell(0, "", out=bool(spec.out), out_all=spec.out_all)
-        tell = functools.partial(_tell_supervisor, channels, quiet=True)
+        tell = functools.partial(_tell_supervisor, channels, key, quiet=True)
         serve_session = functools.partial(session.serve, job.path, me, rank, first, tell=tell)
     hello = contract.hello(
         me, os.getpid(), socket.gethostname(), address, cells=serve_session is not None
     )
-    _tell_supervisor(channels, hello)
+    _tell_supervisor(channels, key, hello)
     metrics.reporter()  # heartbeats from now on: silence means a hung process
     threads.share_cores(mode)
     if os.environ.get(Env.BACKEND) == "torch":
@@ -287,7 +292,7 @@ def main() -> int:
     sys.stdout.flush()
     sys.stderr.flush()
     metrics.close_reporter()  # the last records arrive before the bye
-    _tell_supervisor(channels, contract.bye(me, os.getpid(), code))
+    _tell_supervisor(channels, key, contract.bye(me, os.getpid(), code))
     return code
 
 

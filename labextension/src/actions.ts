@@ -4,7 +4,7 @@ import { Dialog, InputDialog, showDialog, showErrorMessage } from '@jupyterlab/a
 import { INotebookTracker, Notebook, NotebookActions } from '@jupyterlab/notebook';
 import { Widget } from '@lumino/widgets';
 
-import { IJob, getStacks, removeFinishedJobs, scaleJob, stopJob } from './api';
+import { IJob, removeFinishedJobs, scaleJob, stopJob, takeStacks } from './api';
 
 export async function scale(job: IJob): Promise<boolean> {
   const answer = await InputDialog.getNumber({
@@ -46,7 +46,7 @@ export async function stop(job: IJob): Promise<boolean> {
 export async function stacks(job: IJob): Promise<void> {
   let text: string;
   try {
-    const report = await getStacks(job.id);
+    const report = await takeStacks(job.id);
     text = report.kept ? `The job has ended; the last stacks taken:\n${report.text}` : report.text;
   } catch (err) {
     await showErrorMessage(`No stacks of ${job.id}`, (err as Error).message);

@@ -105,8 +105,12 @@ export interface IStacks {
   text: string;
 }
 
-export const getStacks = (id: string) =>
-  requestAPI<IStacks>(`jobs/${encodeURIComponent(id)}/stacks`);
+/** Take them now (POST: each process is signalled; a GET reads the last ones kept). */
+export const takeStacks = (id: string) =>
+  requestAPI<IStacks>(`jobs/${encodeURIComponent(id)}/stacks`, {
+    method: 'POST',
+    body: JSON.stringify({ native: false })
+  });
 
 export const getFlags = () => requestAPI<IFlagTable>('flags');
 

@@ -8,7 +8,12 @@ that host:
 
 - ``result.pkl`` (``Job.result()`` unpickles it in the kernel) only from the host of
   the process that stores the job's result (rank 0: :func:`result_slots`);
-- directories and files under ``checkpoints/``, from every host;
+- directories and files under ``checkpoints/`` from that host only: what comes back is
+  handed to every host of the next generation (a restart, a scale) and loaded there
+  (``torch.distributed.checkpoint`` reads its metadata with pickle), so one host's files
+  must never reach the others unless they are rank 0's, whose ``result.pkl`` the kernel
+  itself loads; another host's checkpoint files are left out without a warning (a
+  replicated checkpoint, which every host writes whole, is rank 0's host's copy);
 - regular files and directories only: links, devices, fifos, absolute names and ``..``
   are refused, and so is every other name (the job's own ``state.json``,
   ``events.jsonl``, ``metrics.jsonl``, logs, ...).
@@ -19,8 +24,7 @@ a time without following links, and moved into place only once the host's whole 
 has been read and its sender ended well: a host's files come all or none. What a host
 sends is read as it comes (never whole in memory) and capped per file and per host
 (:class:`Limits`). A refused entry is one warning line naming the host and the entry;
-it changes neither the job's outcome nor what the other hosts sent. When two hosts send
-the same checkpoint file, the result host's copy is the one kept.
+it changes neither the job's outcome nor what the other hosts sent.
 """
 
 from __future__ import annotations
@@ -82,6 +86,7 @@ class Received:
     source: str  # the host, as warnings name it
     stored: list[str] = dataclasses.field(default_factory=list)  # now in the job directory
     refused: list[str] = dataclasses.field(default_factory=list)  # "name: why", one each
+    left: list[str] = dataclasses.field(default_factory=list)  # checkpoints not rank 0's host's
     problem: str = ""  # why none of it was kept ("" when it was read whole and stored)
 
     @property
@@ -117,7 +122,6 @@ class Delivery:
         self.warn = warn
         self.limits = limits or Limits()
         self._lock = threading.Lock()  # one host moves its files into place at a time
-        self._from_result_host: set[str] = set()  # what a result host stored: it stays
 
     def receive(self, source: str, stream: IO[bytes], result: bool) -> Received:
         """Read ``source``'s archive from ``stream`` to its end and keep what it may send
@@ -141,6 +145,10 @@ class Delivery:
         left = len(received.refused) - MAX_WARNINGS
         if left > 0:
             self.warn(f"{source}: refused {left} more entries of what it sent back")
+        if received.left:
+            log.info(
+                "%s: %d checkpoint entries not kept (not rank 0's host)", source, len(received.left)
+            )
         return received
 
     # --- reading ---------------------------------------------------------------------
@@ -185,6 +193,9 @@ class Delivery:
         why = parts if isinstance(parts, str) else self._refusal(member, parts, result)
         if why:
             self._refuse(received, member.name, why)
+            return None
+        if parts[0] == CHECKPOINTS and not result:
+            received.left.append(member.name)  # rank 0's host's copy is the job's
             return None
         assert isinstance(parts, tuple)
         try:
@@ -247,9 +258,6 @@ class Delivery:
         try:
             for parts, is_dir in staged:
                 name = "/".join(parts)
-                if not result and name in self._from_result_host:
-                    log.debug("%s: %s: the result host's copy stays", received.source, name)
-                    continue
                 try:
                     _move(stage, job, parts, is_dir)
                 except OSError as exc:
@@ -259,8 +267,6 @@ class Delivery:
                     self._refuse(received, name, f"cannot put it in place: {_reason(exc)}")
                     continue
                 received.stored.append(name)
-                if result:
-                    self._from_result_host.add(name)
         finally:
             os.close(stage)
             os.close(job)

@@ -60,6 +60,7 @@ import stat
 import subprocess
 import sys
 import tarfile
+import tempfile
 import time
 from pathlib import Path, PurePosixPath
 from typing import IO, Any, Protocol
@@ -296,6 +297,47 @@ def remove(directory: Path) -> None:
         directory.parent.rmdir()
 
 
+MEMORY_FS = Path("/dev/shm")  # a memory file system (tmpfs) on Linux nodes
+
+
+def _memory_prefix() -> str:
+    return f"jupyter_distrain-cells-{os.getuid()}-"
+
+
+def cells_in_memory(directory: Path) -> Path | None:
+    """Put a session's cell files of the process about to run in ``directory`` (its
+    pushed values, its results) in memory rather than on the node's disk: ``session/``
+    becomes a link to a private directory (0700) of the node's memory file system, made
+    here and removed by :func:`forget_cells` when the process ends. Those a killed
+    agent left are removed first. None (the files on the disk, as on an ssh host)
+    where the node has no memory file system."""
+    import psutil
+
+    if not MEMORY_FS.is_dir():
+        return None
+    prefix = _memory_prefix()
+    with contextlib.suppress(OSError):
+        for name in os.listdir(MEMORY_FS):
+            pid = name.removeprefix(prefix).split("-")[0]
+            if name.startswith(prefix) and pid.isdigit() and not psutil.pid_exists(int(pid)):
+                shutil.rmtree(MEMORY_FS / name, ignore_errors=True)
+    try:
+        place = Path(tempfile.mkdtemp(prefix=f"{prefix}{os.getpid()}-", dir=MEMORY_FS))
+        link = directory / CELLS_DIR
+        if link.is_symlink():
+            link.unlink()
+        os.symlink(place, link)
+    except OSError:
+        return None
+    return place
+
+
+def forget_cells(place: Path | None) -> None:
+    """Remove what :func:`cells_in_memory` made."""
+    if place is not None:
+        shutil.rmtree(place, ignore_errors=True)
+
+
 def write_private(path: Path, text: str) -> None:
     """``text`` into a new file ``path`` of this user, 0600 (never through a link)."""
     with contextlib.suppress(FileNotFoundError):
@@ -447,6 +489,9 @@ def run(directory: Path) -> int:
     processes.become_subreaper()
     _wait_for_sockets(request.get("sockets", []))
     os.chdir(directory)
+    # where the secret and pushed values are handed in memory (Ray, Slurm), a session's
+    # later cells' are kept in memory too
+    memory = cells_in_memory(directory) if "handoff" in request else None
     pooled = from_pool(pool_socket, request, env, directory) if pool_socket else None
     process = pooled[0] if pooled else _start(request, env)
     try:
@@ -457,6 +502,7 @@ def run(directory: Path) -> int:
         _kill_all(process)
         return 1
     finally:
+        forget_cells(memory)
         if pooled and pooled[1] is not None:
             pooled[1].close()
 
