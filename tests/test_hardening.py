@@ -60,6 +60,30 @@ def test_a_signal_never_reaches_a_process_that_reused_a_pid(jobs_root, tmp_path)
         stranger.wait()
 
 
+def test_a_hello_is_adopted_only_from_a_descendant_of_a_process_the_launcher_started(
+    jobs_root, tmp_path
+):
+    """A hello names its pid; an adopted pid is signalled at every stop. A pid that is not
+    under one of the job's processes (mpirun) was adopted all the same: any holder of
+    the job's secret could have had the job kill a stranger."""
+    job = JobDir.create(JobSpec(code="", name="adopt"))
+    launcher = LocalLauncher(job.read_spec(), job)
+    code = "import subprocess, sys, time; subprocess.Popen(['sleep', '60']); time.sleep(60)"
+    helper = launcher.start(ProcessSpec(W0, [sys.executable, "-c", code], {}), tmp_path / "log")
+    stranger = subprocess.Popen(["sleep", "60"])
+    try:
+        wait_for(lambda: helper.process.children(), 10, what="the helper's child")
+        (child,) = helper.process.children()
+        assert launcher.adopt(stranger.pid, "localhost") is None
+        assert launcher.adopt(os.getpid(), "localhost") is None
+        assert launcher.adopt(child.pid, "localhost").pid == child.pid
+    finally:
+        helper.signal(signal.SIGKILL, tree=True)
+        helper.wait()
+        stranger.kill()
+        stranger.wait()
+
+
 def test_an_unsafe_jobs_root_is_refused(tmp_path, monkeypatch):
     shared = tmp_path / "shared"
     shared.mkdir()
@@ -175,6 +199,8 @@ def test_what_the_agent_hands_a_process_in_memory_is_read_once_and_not_inherited
     agent.wait(10)
     assert lines == ["handed-secret {'lr': 0.5}", "again handed-secret", "child sees 0 None"]
     assert sorted(p.name for p in job.iterdir()) == []  # no control, no push.pkl
+    # a session's later cells went to memory while it ran: gone with it, link and all
+    assert list(Path("/dev/shm").glob(f"jupyter_distrain-cells-{os.getuid()}-{agent.pid}-*")) == []
 
 
 def test_one_corrupt_state_file_breaks_no_listing(jobs_root):

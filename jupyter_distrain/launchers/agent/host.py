@@ -332,10 +332,13 @@ def cells_in_memory(directory: Path) -> Path | None:
     return place
 
 
-def forget_cells(place: Path | None) -> None:
-    """Remove what :func:`cells_in_memory` made."""
+def forget_cells(directory: Path, place: Path | None) -> None:
+    """Remove what :func:`cells_in_memory` made: the memory directory and its link."""
     if place is not None:
         shutil.rmtree(place, ignore_errors=True)
+        link = directory / CELLS_DIR
+        if link.is_symlink():
+            link.unlink()
 
 
 def write_private(path: Path, text: str) -> None:
@@ -502,7 +505,7 @@ def run(directory: Path) -> int:
         _kill_all(process)
         return 1
     finally:
-        forget_cells(memory)
+        forget_cells(directory, memory)
         if pooled and pooled[1] is not None:
             pooled[1].close()
 
