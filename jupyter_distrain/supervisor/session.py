@@ -197,13 +197,12 @@ class SessionCells(Periodic):
         (each is asked on its own: :meth:`result`)."""
         cell = self.cells.get(index)
         answers = {} if cell is None else cell.answers
-        failed = sorted((p for p, a in answers.items() if "error" in a), key=ProcessId.parse)[
-            cells.ERRORS_SAID :
-        ]
+        failed = sorted((p for p, a in answers.items() if "error" in a), key=ProcessId.parse)
+        said = set(failed[: cells.ERRORS_SAID])
         return {
             "runners": sorted(str(e.record.id) for e in self.runners()),
             "answers": {
-                p: {k: v for k, v in a.items() if k != "error" or p not in failed}
+                p: a if p in said else {k: v for k, v in a.items() if k != "error"}
                 for p, a in answers.items()
             },
         }

@@ -300,10 +300,6 @@ def remove(directory: Path) -> None:
 MEMORY_FS = Path("/dev/shm")  # a memory file system (tmpfs) on Linux nodes
 
 
-def _memory_prefix() -> str:
-    return f"jupyter_distrain-cells-{os.getuid()}-"
-
-
 def cells_in_memory(directory: Path) -> Path | None:
     """Put a session's cell files of the process about to run in ``directory`` (its
     pushed values, its results) in memory rather than on the node's disk: ``session/``
@@ -315,7 +311,7 @@ def cells_in_memory(directory: Path) -> Path | None:
 
     if not MEMORY_FS.is_dir():
         return None
-    prefix = _memory_prefix()
+    prefix = f"jupyter_distrain-cells-{os.getuid()}-"
     with contextlib.suppress(OSError):
         for name in os.listdir(MEMORY_FS):
             pid = name.removeprefix(prefix).split("-")[0]
