@@ -12,10 +12,10 @@ from pathlib import Path
 import pytest
 from conftest import job_pids, only_job, running, wait_for
 
-from jupyter_distrain.client.job import Job
-from jupyter_distrain.client.session import next_index
+from jupyter_distrain.client.job import Job, JobFailed
+from jupyter_distrain.client.session import CellRun, next_index
 from jupyter_distrain.contract.process import ProcessId
-from jupyter_distrain.contract.session import cell_done
+from jupyter_distrain.contract.session import cell_done, cell_request
 
 TORCH_SESSION = """%%distributed --session s --workers 2 --backend torch
 import torch
@@ -51,7 +51,7 @@ try:
     from jupyter_distrain.contract.keys import prove
 except ImportError:  # before per-process keys
     prove = lambda key, body: body
-from jupyter_distrain.contract.session import cell_done
+from jupyter_distrain.contract.session import cell_done, cell_request
 class Trap:
     def __reduce__(self):
         return (open, ({marker!r}, 'w'))
@@ -237,6 +237,26 @@ def test_an_interrupt_leaves_the_session_usable_and_a_crash_ends_it(kernel, jobs
     assert time.monotonic() - started < 20
     wait_for(lambda: _gone(pids), 15, what="the session's processes to end")
     assert job.state == "failed"
+
+
+def test_a_rank_that_ends_the_session_before_its_cell_is_announced_says_why(kernel, jobs_root):
+    """The ranks take a cell from its file, so one that dies in it can end the session
+    before the cell's request reaches the supervisor: the cell then says how the session
+    ended (the rank's exit code), not that the request found it ended."""
+    out = kernel.execute("%%distributed --session r --workers 2 --backend plain\nx = 0\n")
+    assert out.error is None, out.stderr + out.stdout
+    job = Job(only_job(jobs_root))
+
+    class Late(Job):  # the cell's request leaves once the session has ended
+        def request(self, body, timeout=5.0):
+            if body.get("op") == cell_request(0)["op"]:
+                wait_for(lambda: self.done, 20, what="rank 1's exit to end the session")
+            return super().request(body, timeout)
+
+    code = "import os\nif os.environ['JUPYTER_DISTRAIN_RANK'] == '1':\n    os._exit(3)\n"
+    run = CellRun.send(Late(job.dir), code, None, (False, False), None, False)
+    with pytest.raises(JobFailed, match="exit code 3"):
+        run.follow()
 
 
 def test_a_ranks_forged_answers_are_refused_and_never_unpickled(kernel, jobs_root):

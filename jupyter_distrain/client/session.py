@@ -119,8 +119,13 @@ class CellRun:
         run.run.delay()  # the logs are read from here on: nothing the cell prints is missed
         cell = Cell(index, code, out[0] or out[1], out[1], pushed is not None)
         cells.write_cell(job.dir.path, cell, pushed)
-        reply = job.request(cells.cell_request(index))
-        if not reply.get("ok"):
+        try:
+            reply = job.request(cells.cell_request(index))
+        except (OSError, RuntimeError) as exc:
+            reply = {"ok": False, "error": str(exc)}
+        # the ranks take the cell from its file, so one may have ended the session (a crash
+        # in the cell) before the supervisor heard of it: the run then says how it ended
+        if not reply.get("ok") and not job.done:
             raise SpecError(f"session {job.spec.session}: {reply.get('error')}")
         return run
 
