@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
+import stat
 import subprocess
 import sys
+import tempfile
 import time
 
 import pytest
@@ -151,6 +154,24 @@ def test_a_runtime_directory_another_user_made_first_is_passed_over(made_first):
     assert first == again and first.startswith("/tmp/") and first != shared
     assert (mode, mine) == ("0o700", "True")
     assert "control.sock" not in listed  # nothing went into the other user's directory
+
+
+def test_a_local_rays_sockets_fit_under_systemds_runtime_directory(monkeypatch):
+    """With XDG_RUNTIME_DIR as long as systemd's (``/run/user/UID``), Ray's deepest
+    socket under a local Ray's root must stay within a Unix socket path's 107 bytes (it
+    came to 116: every local Ray job of such a user failed to start)."""
+    from jupyter_distrain.launchers.ray.launcher import local_ray_root
+
+    runtime = tempfile.mkdtemp(prefix="jdr", dir="/tmp")  # 16 characters, 0700
+    try:
+        monkeypatch.setenv("XDG_RUNTIME_DIR", runtime)
+        root = local_ray_root()
+        deepest = root / "session_2026-12-07_19-35-17_920887_4194304/sockets/plasma_store"
+        assert len(str(deepest)) <= 107, deepest
+        assert stat.S_IMODE(root.parent.stat().st_mode) == 0o700
+        root.parent.rmdir()
+    finally:
+        shutil.rmtree(runtime)
 
 
 def test_plugins_are_read_once_and_a_plugin_installed_since_is_found(monkeypatch):

@@ -69,7 +69,13 @@ NAMESPACE = "jupyter_distrain"
 QUIET = {"RAY_USAGE_STATS_ENABLED": "0"}  # when this package starts a local Ray
 LOOPBACK = "127.0.0.1"
 LOCAL_STARTS = 3  # tries at starting a local Ray
-SHORT_PATH = 40  # Ray's Unix sockets lie some 70 characters below its session root
+# the longest path Ray gives a Unix socket under a local Ray's directory (a mkdtemp name,
+# its sessions' root "r", a session named by time and a pid of up to 7 digits); Unix
+# sockets' paths are at most 107 bytes
+RAY_SOCKET_TAIL = len(
+    "/jd-ray-xxxxxxxx/r/session_2026-12-07_19-35-17_920887_4194304/sockets/plasma_store"
+)
+SHORT_PATH = 107 - RAY_SOCKET_TAIL
 PROBE_KEEP_SECONDS = 300.0  # how long a cluster that still answers is not probed again
 
 
@@ -169,11 +175,13 @@ def _probe(spec: JobSpec, address: str, python: str) -> dict[str, Any]:
 # --- the driver ---------------------------------------------------------------------
 def local_ray_root() -> Path:
     """A fresh private (0700) directory for a local Ray's sessions: in the per-user
-    runtime directory, or in ``/tmp`` where that path is too long for Ray's sockets.
-    Ray makes its root world-writable: it is ``r`` inside the private one."""
+    runtime directory, or, where that path is too long for Ray's sockets (systemd's
+    ``/run/user/UID`` is), in the temporary directory, else ``/tmp``. Ray makes its root
+    world-writable: it is ``r`` inside the private one."""
     parent = runtime_dir()
-    if len(str(parent)) > SHORT_PATH:
-        parent = Path(tempfile.gettempdir())
+    for shorter in (Path(tempfile.gettempdir()), Path("/tmp")):
+        if len(str(parent)) > SHORT_PATH:
+            parent = shorter
     return Path(tempfile.mkdtemp(prefix="jd-ray-", dir=parent)) / "r"
 
 
