@@ -65,7 +65,7 @@ class FakeProcess(LaunchedProcess):
     def exit(self, code: int) -> None:
         if self.code is None:
             self.code = code
-            self._ended.set()
+        self._ended.set()  # its waiter wakes (also for one that died unheard)
 
     def wait(self) -> int:
         self._ended.wait()
@@ -397,6 +397,18 @@ def test_parameter_server_rules(harness):
     h2.up()
     h2.exit(ProcessId("ps", 0), 1)
     assert h2.state.state == "failed" and h2.state.error == "ps 0 died (exit code 1)"
+
+
+def test_a_chief_failing_after_its_ps_was_killed_names_the_ps(harness):
+    """The ps is killed; the chief's call to it fails at once and its exit comes first,
+    before the ps's waiter has said anything (under load, as in a full test run): the
+    job names the ps, the first to go."""
+    h = harness(backend="ps", ps=1)
+    h.up()
+    ps0 = h.procs[ProcessId("ps", 0)]
+    ps0.code = -signal.SIGKILL  # dead; its waiter has not woken yet
+    h.exit(ProcessId("chief", 0), 1)
+    assert h.state.state == "failed" and h.state.error == "ps 0 died (killed by SIGKILL)"
 
 
 def test_metrics_update_rows_and_unknown_or_malformed_ids_are_ignored(harness):

@@ -41,6 +41,7 @@ LIVE_FIELDS = ("step", "images_per_sec", "loss", "total_steps")
 class ProcessEvents:
     def __init__(self, supervisor: Supervisor):
         self.supervisor = supervisor
+        self.taking_exits = False  # within take_exits: the exits it applies take none
 
     def proven(self, body: dict[str, Any]) -> Entry | None:
         """The entry of the process a message names, when it carries that process's proof
@@ -115,6 +116,21 @@ class ProcessEvents:
             return
         self.ended(entry.record, code)
 
+    def take_exits(self, but: ProcessRecord) -> None:
+        """Apply the exits (but ``but``'s) that have happened but that no waiter has
+        posted yet."""
+        self.taking_exits = True
+        try:
+            for entry in self.supervisor.table.launched():
+                handle = entry.handle
+                if handle is None or entry.record is but or not entry.record.live:
+                    continue
+                code = handle.poll()
+                if code is not None:
+                    self.on_exited(entry.record.id, handle, code)
+        finally:
+            self.taking_exits = False
+
     def on_metric(self, record: dict[str, Any], received: float) -> None:
         entry = self.supervisor.table.entry(ProcessId.of(record))
         if entry is None:
@@ -131,8 +147,14 @@ class ProcessEvents:
         self.supervisor.dirty = True
 
     def ended(self, record: ProcessRecord, code: int) -> None:
-        """Record a member's exit, then apply the scaling protocol or the backend's rules."""
+        """Record a member's exit, then apply the scaling protocol or the backend's rules.
+        A failure is decided only after the exits that have already happened elsewhere:
+        a chief whose parameter server was killed fails at once, and its bye (or its
+        waiter) can come before the killed server's waiter has said so; the job then
+        names the server, the first to go, not the chief."""
         sup = self.supervisor
+        if code not in (0, CHECKPOINT_EXIT) and record.live and not self.taking_exits:
+            self.take_exits(but=record)
         if not record_exit(record, code):
             return
         leaving = sup.scaling.leaving(record)
