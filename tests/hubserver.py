@@ -23,6 +23,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+import psutil
 from conftest import wait_for
 from useraccounts import ALICE, BOB, REPO
 
@@ -141,6 +142,13 @@ if {cull_seconds}:
         for user in (ALICE, BOB):  # the hub stops the servers it spawned
             with contextlib.suppress(OSError):
                 made.api("DELETE", f"hub/api/users/{user}/server")
+        # its services (the idle culler) run in sessions of their own: ended here, first
+        # (the hub waits for them), and whatever outlived the hub after it
+        spawned = psutil.Process(hub.pid).children(recursive=True)
+        for proc in spawned:
+            with contextlib.suppress(psutil.Error):
+                if "jupyterhub_idle_culler" in " ".join(proc.cmdline()):
+                    proc.terminate()
         with contextlib.suppress(ProcessLookupError):
             os.killpg(hub.pid, signal.SIGTERM)
         try:
@@ -148,6 +156,9 @@ if {cull_seconds}:
         except subprocess.TimeoutExpired:
             os.killpg(hub.pid, signal.SIGKILL)
             hub.wait(10)
+        for proc in spawned:
+            with contextlib.suppress(psutil.Error):
+                proc.kill()
 
 
 def main(argv: list[str]) -> int:
