@@ -117,13 +117,14 @@ class ProcessEvents:
         self.ended(entry.record, code)
 
     def take_exits(self, but: ProcessRecord) -> None:
-        """Apply the exits (but ``but``'s) that have happened but that no waiter has
-        posted yet."""
+        """Apply the exits of the members we launched (but ``but``) that have happened
+        but that no waiter has posted yet (their handles' ``poll()`` gives the code; an
+        adopted one's or a helper's may not know it before ``wait()``: left to it)."""
         self.taking_exits = True
         try:
-            for entry in self.supervisor.table.launched():
+            for entry in self.supervisor.table.live_members():
                 handle = entry.handle
-                if handle is None or entry.record is but or not entry.record.live:
+                if handle is None or not entry.launched or entry.record is but:
                     continue
                 code = handle.poll()
                 if code is not None:
