@@ -69,7 +69,7 @@ held_install = held=; \
 	    --no-install-recommends $(1); code=$$?; \
 	  [ -z "$$held" ] || $(SUDO) rm -f /usr/sbin/policy-rc.d; exit $$code
 
-.PHONY: setup demo lab test test-ui lint clean
+.PHONY: setup demo lab test check test-ui lint clean
 
 setup: $(STAMPS)/package
 
@@ -135,27 +135,55 @@ lab: setup $(STAMPS)/labextension
 
 # The user battery runs as the ordinary account $(TEST_USER) (tests/users/accounts.sh makes
 # it and its neighbour); only the tests marked `root` (they make test hosts or mount) run
-# as root. Each pytest run below is the same selection as before, split by that mark.
-TEST_USER := distrain-alice
-USER_PYTEST = $(SUDO) env VENV=$(1) tests/users/as_user.sh $(TEST_USER) $(1)/bin/pytest -p no:cacheprovider
+# as root. tests/batteries.py runs the batteries side by side, BATTERY_JOBS at a time (the
+# second virtualenv's install beside them), and says each one's time and slowest tests at
+# its end (their whole output in build/tests/NAME.log). USER_WORKERS=N runs the ordinary
+# account's batteries in N pytest-xdist workers (a module's tests in one worker); on two
+# cores that only loads the machine past what the timing of some tests allows (see
+# tests/README.md). The root battery runs one test after another: its modules share the
+# ssh hosts' bridge and port.
+TEST_USER    := distrain-alice
+USER_WORKERS ?= 0
+BATTERY_JOBS ?= 2
+PYTEST_RUN   := -p no:cacheprovider --durations=15
+USER_PYTEST = $(SUDO) env VENV=$(1) tests/users/as_user.sh $(TEST_USER) $(1)/bin/pytest $(PYTEST_RUN) \
+  $(if $(filter-out 0 1,$(USER_WORKERS)),-n $(USER_WORKERS) --dist loadfile,-p no:xdist)
+ROOT_PYTEST = $(SUDO) $(1)/bin/pytest $(PYTEST_RUN) -p no:xdist
+# the second run: current TensorFlow's virtualenv (installed beside the first batteries),
+# then its two batteries
+ifeq ($(TF),pinned)
+CURRENT_BATTERIES := \
+  "+current-setup=$(MAKE) --no-print-directory setup VENV=$(CURRENT_VENV) TF=current WITH_TORCH=0" \
+  "current-user<current-setup=$(call USER_PYTEST,$(CURRENT_VENV)) -m '$(MARKS.current) and not root' $(SECOND_RUN_ARGS)" \
+  "current-root<current-setup=$(call ROOT_PYTEST,$(CURRENT_VENV)) -m '$(MARKS.current) and root' $(SECOND_RUN_ARGS)"
+endif
 # the extension is built first: tests/test_wheel.py builds the package with it, as a release does
-test: setup $(STAMPS)/hub-proxy $(STAMPS)/labextension
+test: setup $(STAMPS)/hub-proxy $(STAMPS)/labextension $(STAMPS)/ui-tests $(STAMPS)/chromium
 	$(VENV)/bin/ruff check jupyter_distrain tests benchmarks notebooks
 	$(SUDO) tests/users/accounts.sh
-	@echo "== as $(TEST_USER) =="
-	$(call USER_PYTEST,$(VENV)) -m "$(MARKS.$(TF)) and not root" $(PYTEST_ARGS.$(TF))
-	@echo "== as root: the tests that make hosts or mount =="
-	$(SUDO) $(VENV)/bin/pytest -m "$(MARKS.$(TF)) and root" $(PYTEST_ARGS.$(TF))
-ifeq ($(TF),pinned)
-	@echo "== the tests that need no Horovod, on current TensorFlow ($(CURRENT_VENV)) =="
-	$(MAKE) --no-print-directory setup VENV=$(CURRENT_VENV) TF=current WITH_TORCH=0
-	@echo "== as $(TEST_USER) =="
-	$(call USER_PYTEST,$(CURRENT_VENV)) -m "$(MARKS.current) and not root" $(SECOND_RUN_ARGS)
-	@echo "== as root: the tests that make hosts =="
-	$(SUDO) $(CURRENT_VENV)/bin/pytest -m "$(MARKS.current) and root" $(SECOND_RUN_ARGS)
+	$(PY) tests/batteries.py --jobs $(BATTERY_JOBS) \
+	  "user=$(call USER_PYTEST,$(VENV)) -m '$(MARKS.$(TF)) and not root' $(PYTEST_ARGS.$(TF))" \
+	  "root=$(call ROOT_PYTEST,$(VENV)) -m '$(MARKS.$(TF)) and root' $(PYTEST_ARGS.$(TF))" \
+	  $(CURRENT_BATTERIES) \
+	  "ui=$(MAKE) --no-print-directory test-ui"
+
+# The fast tier, after every edit (setup done): lint, the layers, the units that start no
+# job (as $(TEST_USER) where run as root, as the user battery runs), Jest
+CHECK_TESTS := tests/test_layers.py tests/test_units.py tests/test_client_rules.py \
+  tests/test_supervisor_rules.py tests/test_config.py tests/test_gpus.py tests/test_hosts.py \
+  tests/test_labextension.py tests/test_agent_leftovers.py tests/test_delivery.py \
+  tests/test_hardening.py tests/test_retention.py tests/test_channels.py
+CHECK_PYTEST = $(VENV)/bin/pytest $(PYTEST_RUN) -q -n 2 --dist loadfile -m "not root" $(CHECK_TESTS)
+check: setup $(STAMPS)/labextension
+	$(VENV)/bin/ruff check jupyter_distrain tests benchmarks notebooks
+	$(VENV)/bin/ruff format --check jupyter_distrain tests benchmarks notebooks
+ifeq ($(shell id -u),0)
+	tests/users/accounts.sh
+	env VENV=$(VENV) tests/users/as_user.sh $(TEST_USER) $(CHECK_PYTEST)
+else
+	$(CHECK_PYTEST)
 endif
-	@echo "== the JupyterLab extension: Jest, then Galata in a real JupyterLab (Chromium) =="
-	$(MAKE) --no-print-directory test-ui
+	cd $(LABEXT) && $(JLPM) test
 
 # --- the JupyterLab extension (labextension/) and its tests --------------------------------
 LABEXT     := labextension

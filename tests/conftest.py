@@ -24,6 +24,16 @@ from jupyter_distrain.contract.spec import JobSpec
 from jupyter_distrain.contract.stacks import StacksReport
 from jupyter_distrain.contract.store import JobDir, list_job_dirs
 
+# pytest-xdist (make test runs a battery in several workers, a module's tests in one
+# worker: --dist loadfile): each worker its own per-user runtime and cache directories,
+# as separate logins of the account have
+WORKER = os.environ.get("PYTEST_XDIST_WORKER")
+if WORKER:
+    _private = Path(f"/tmp/jd-{WORKER}-{os.getuid()}")
+    _private.mkdir(mode=0o700, exist_ok=True)
+    os.environ["XDG_RUNTIME_DIR"] = str(_private)
+    os.environ["XDG_CACHE_HOME"] = str(_private / "cache")
+
 
 @pytest.fixture(autouse=True)
 def jobs_root(tmp_path_factory, monkeypatch) -> Path:
