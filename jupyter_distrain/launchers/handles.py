@@ -11,6 +11,7 @@
 from __future__ import annotations
 
 import contextlib
+import os
 import select
 import signal
 import socket
@@ -76,7 +77,21 @@ class LocalProcess(KnownProcess):
         return self.popen.wait()
 
     def poll(self) -> int | None:
-        return self.popen.poll()
+        """Its exit code once it has ended, else None. ``Popen.poll()`` says None while
+        another thread (its waiter) is in ``wait()``: a child that has ended is read
+        here without being reaped (``WNOWAIT``: the waiter still reaps it)."""
+        code = self.popen.poll()
+        if code is not None:
+            return code
+        try:
+            ended = os.waitid(os.P_PID, self.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT)
+        except ChildProcessError:  # reaped meanwhile: the waiter has its code
+            return self.popen.returncode
+        if ended is None:
+            return None
+        if ended.si_code == os.CLD_EXITED:
+            return ended.si_status
+        return -ended.si_status  # killed by a signal, as Popen says it
 
 
 class AdoptedProcess(KnownProcess):

@@ -26,6 +26,7 @@ from ..contract.launch import LaunchedProcess
 from ..contract.process import CHECKPOINT_EXIT, ProcessId, metric_number
 from ..contract.status import ProcessRecord
 from ..contract.tail import last_lines
+from ..timing import Deadline
 from .table import Entry, record_exit
 
 TAIL_LINES = 20  # of the failing process's log, kept with the job's error
@@ -36,6 +37,10 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 LIVE_FIELDS = ("step", "images_per_sec", "loss", "total_steps")
+# before a failure is decided, how long another member's death that is under way (a
+# killed process still closing its sockets, its peer already failing on them) is waited for
+EXITS_SETTLE_SECONDS = 0.25
+EXITS_POLL_SECONDS = 0.02
 
 
 class ProcessEvents:
@@ -122,13 +127,20 @@ class ProcessEvents:
         adopted one's or a helper's may not know it before ``wait()``: left to it)."""
         self.taking_exits = True
         try:
-            for entry in self.supervisor.table.live_members():
-                handle = entry.handle
-                if handle is None or not entry.launched or entry.record is but:
-                    continue
-                code = handle.poll()
-                if code is not None:
-                    self.on_exited(entry.record.id, handle, code)
+            settle = Deadline(EXITS_SETTLE_SECONDS)
+            while True:
+                found = False
+                for entry in self.supervisor.table.live_members():
+                    handle = entry.handle
+                    if handle is None or not entry.launched or entry.record is but:
+                        continue
+                    code = handle.poll()
+                    if code is not None:
+                        self.on_exited(entry.record.id, handle, code)
+                        found = True
+                if found or settle.expired:
+                    return
+                time.sleep(EXITS_POLL_SECONDS)
         finally:
             self.taking_exits = False
 
