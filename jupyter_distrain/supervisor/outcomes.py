@@ -166,7 +166,10 @@ class ProcessEvents:
         waiter) can come before the killed server's waiter has said so; the job then
         names the server, the first to go, not the chief."""
         sup = self.supervisor
-        if code not in (0, CHECKPOINT_EXIT) and record.live and not self.taking_exits:
+        # an exit that can decide no failure waits for none (a Stop ends every rank at once)
+        quiet = sup.stopping or sup.status.done or sup.scaling.draining
+        failing = code not in (0, CHECKPOINT_EXIT) and not (quiet or sup.scaling.leaving(record))
+        if failing and record.live and not self.taking_exits:
             self.take_exits(but=record)
         if not record_exit(record, code):
             return

@@ -178,10 +178,8 @@ def local_ray_root() -> Path:
     runtime directory, or, where that path is too long for Ray's sockets (systemd's
     ``/run/user/UID`` is), in the temporary directory, else ``/tmp``. Ray makes its root
     world-writable: it is ``r`` inside the private one."""
-    parent = runtime_dir()
-    for shorter in (Path(tempfile.gettempdir()), Path("/tmp")):
-        if len(str(parent)) > SHORT_PATH:
-            parent = shorter
+    fits = [p for p in (runtime_dir(), Path(tempfile.gettempdir())) if len(str(p)) <= SHORT_PATH]
+    parent = fits[0] if fits else Path("/tmp")
     return Path(tempfile.mkdtemp(prefix="jd-ray-", dir=parent)) / "r"
 
 
