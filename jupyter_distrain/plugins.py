@@ -24,7 +24,8 @@ from typing import TYPE_CHECKING, Any
 from .contract.spec import JobSpec, SpecError
 
 if TYPE_CHECKING:
-    from .launchers.base import LauncherOption
+    from .backends.base import Backend
+    from .launchers.base import Launcher, LauncherOption
 
 log = logging.getLogger(__name__)
 
@@ -102,3 +103,13 @@ def check_launcher_options(spec: JobSpec) -> JobSpec:
             )
     kept = {name: value for name, value in given.items() if value != declared[name][0][1].default}
     return dataclasses.replace(spec, launcher_options=kept)
+
+
+def check_support(backend: Backend, launcher: type[Launcher]) -> None:
+    """Raise :class:`SpecError` (one line) when the job needs of its launcher what the
+    launcher does not give: the backend's needs met with the launcher's capabilities, the
+    one place either is asked."""
+    for capability, asked in backend.needs().items():
+        if capability not in launcher.supports:
+            why = launcher.why_not.get(capability, " yet")
+            raise SpecError(f"{asked} is not supported by --launcher {launcher.name}{why}")

@@ -6,6 +6,7 @@ launcher whose second host's agent answers with a crafted archive."""
 
 from __future__ import annotations
 
+import contextlib
 import io
 import os
 import pickle
@@ -29,6 +30,7 @@ from jupyter_distrain.launchers.agent.delivery import (
     Received,
     result_slots,
 )
+from jupyter_distrain.launchers.remote.bring_back import Holder, bring_back
 
 OWN = {  # the job's own files, which nothing from a host may change
     "state.json": '{"state": "running"}\n',
@@ -163,6 +165,47 @@ def test_rank_0_stores_the_result_wherever_its_slot_is():
     assert result_slots(ps) == result_slots(server) == []
     members = {ProcessId("worker", s.index): s for s in reversed(slots)}
     assert result_slots(ProcessSpec(ProcessId("mpirun", 0), [], {}, hosts=members)) == [slots[0]]
+
+
+# --- the one bring-back loop of ssh, Slurm and Ray ----------------------------------------
+def test_each_holders_directory_is_removed_only_once_its_files_are_stored_here(job):
+    """Every holder is read (one failing takes nothing from the others); a directory is
+    removed only after its files came whole; where not, the warning says where they stay;
+    a removal that fails is said, not taken for a lost archive."""
+    removed: list[str] = []
+
+    def holder(name: str, data: bytes | Exception, remove_fails: bool = False) -> Holder:
+        def open_archive():
+            if isinstance(data, Exception):
+                raise data
+            return contextlib.nullcontext(io.BytesIO(data))
+
+        def remove() -> None:
+            if remove_fails:
+                raise RuntimeError(f"host {name}: no answer within 60 s")
+            removed.append(name)
+
+        return Holder(f"host {name}", f"/jobs/{name}", name == "h1", open_archive, remove)
+
+    warnings: list[str] = []
+    holders = [
+        holder("h1", archive(entry("result.pkl", b"rank 0's"))),
+        holder("h2", archive(entry("checkpoints/x", b"1"))[:700]),  # cut short
+        holder("h3", ConnectionResetError("the actor died")),
+        holder("h4", archive(), remove_fails=True),
+    ]
+    bring_back(job, holders, warnings.append)
+    assert (job / "result.pkl").read_bytes() == b"rank 0's"
+    assert removed == ["h1"]
+    assert sorted(warnings) == [
+        "host h2: what the job produced there was not brought back (its archive is "
+        "unreadable: unexpected end of data); it stays there in /jobs/h2",
+        "host h3: what the job produced there was not brought back (the actor died); it "
+        "stays there in /jobs/h3",
+        "host h4: the job's directory there is left in /jobs/h4 (it could not be removed: "
+        "no answer within 60 s)",
+    ]
+    assert_own_files_unchanged(job)
 
 
 # --- crafted archives -----------------------------------------------------------------

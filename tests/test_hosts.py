@@ -120,6 +120,53 @@ def test_a_misspelt_launcher_option_is_refused_at_submit_with_nothing_started(jo
     assert not any(jobs_root.iterdir())
 
 
+ELASTIC_CELL = "import horovod.tensorflow as hvd\n\n@hvd.elastic.run\ndef train(state):\n    pass\n"
+
+
+@pytest.mark.parametrize(
+    "launcher, given, refusal",
+    [
+        (
+            "ssh",
+            {"backend": "horovod", "code": ELASTIC_CELL},
+            "Horovod elastic is not supported "
+            "by --launcher ssh yet: its rendezvous server would take",
+        ),
+        (
+            "slurm",
+            {"backend": "horovod", "code": ELASTIC_CELL},
+            "Horovod elastic is not supported by --launcher slurm yet$",
+        ),
+        (
+            "slurm",
+            {"backend": "mpi"},
+            r"--backend mpi is not supported by --launcher slurm yet \(use Gloo\)",
+        ),
+        (
+            "slurm",
+            {"backend": "horovod", "controller": "mpi"},
+            "--controller mpi is not supported by --launcher slurm",
+        ),
+        (
+            "ray",
+            {"backend": "horovod", "controller": "mpi"},
+            r"--controller mpi is not supported by --launcher ray \(no mpirun",
+        ),
+        ("ray", {"backend": "tf", "gpus": 1}, "--gpus is not supported by --launcher ray yet$"),
+        ("ssh", {"backend": "tf", "gpus": 1}, "--gpus is not supported by --launcher ssh yet$"),
+    ],
+)
+def test_what_a_backend_needs_and_a_launcher_lacks_is_one_line_with_nothing_started(
+    jobs_root, launcher, given, refusal
+):
+    """The backend's needs meet the launcher's capabilities once, before any host is asked
+    (no hosts, cluster or allocation is given here: a pre-flight would say so instead)."""
+    spec = JobSpec(**{"code": "pass", "workers": 2, "launcher": launcher, **given})
+    with pytest.raises(SpecError, match="^" + refusal):
+        api.submit(spec)
+    assert not any(jobs_root.iterdir())
+
+
 def test_a_spec_with_launcher_options_round_trips_and_unknown_names_are_left_out():
     spec = JobSpec(code="pass", launcher="ssh", hosts="h1:2", ssh_user="deploy")
     assert spec.launcher_options == {"hosts": "h1:2", "ssh_user": "deploy"}

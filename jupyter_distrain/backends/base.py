@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, ClassVar, Protocol
 
 from ..contract.keys import ProcessKeys
+from ..contract.launch import GPUS, MPIRUN
 from ..contract.process import ProcessId
 
 if TYPE_CHECKING:
@@ -134,6 +135,17 @@ class Backend(ABC):
     def slots_needed(self) -> int:
         """How many slots the launcher must place."""
         return self.spec.workers
+
+    def needs(self) -> dict[str, str]:
+        """What this job needs of its launcher beyond starting processes (capabilities of
+        :mod:`..contract.launch`), each with the words that asked for it, as a refusal
+        names them (``--controller mpi is not supported by ...``)."""
+        needed = {}
+        if self.spec.uses_mpirun():
+            needed[MPIRUN] = "--backend mpi" if self.spec.backend == "mpi" else "--controller mpi"
+        if self.spec.gpus:
+            needed[GPUS] = "--gpus"
+        return needed
 
     def needs_isolation(self, on_other_hosts: bool) -> str | None:
         """Why this job must not run where others can reach its servers (one of them runs

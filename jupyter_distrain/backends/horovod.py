@@ -24,8 +24,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from ..contract.cellcheck import resizes_in_place
-from ..contract.launch import Network, Slot
+from ..contract.cellcheck import resizes_in_place, uses_horovod_elastic
+from ..contract.launch import ELASTIC, Network, Slot
 from ..contract.process import ProcessId
 from ..contract.status import ProcessRecord
 from ..frameworks import horovod_missing_reason
@@ -54,6 +54,12 @@ class HorovodBackend(Backend):
         if not any(libs):
             return False, "horovod was built without TensorFlow support"
         return True, "horovod is installed with TensorFlow support"
+
+    def needs(self) -> dict[str, str]:
+        needed = super().needs()
+        if uses_horovod_elastic(self.spec.code):  # under mpirun too: not only self.elastic
+            needed[ELASTIC] = "Horovod elastic"
+        return needed
 
     def needs_isolation(self, on_other_hosts: bool) -> str | None:
         if self.elastic and self.spec.controller != "mpi":

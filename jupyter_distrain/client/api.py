@@ -23,7 +23,7 @@ from ..contract.cellcheck import (
 from ..contract.spec import JobSpec, SpecError
 from ..contract.store import JobDir
 from ..frameworks import resolve_keras
-from ..plugins import BACKENDS, LAUNCHERS, check_launcher_options, load_plugin
+from ..plugins import BACKENDS, LAUNCHERS, check_launcher_options, check_support, load_plugin
 from . import config, retention, standby
 from .follow import follow
 from .job import NEVER_STARTED, Job
@@ -117,7 +117,9 @@ def submit(spec: JobSpec, namespace: Mapping[str, Any] | None = None) -> Job:
     # tf.keras's choice; Keras 3 on JAX or torch is what `import keras` gives
     keras, keras_note = ("native", "") if backend in NOT_TENSORFLOW else resolve_keras(spec.keras)
     resolved = dataclasses.replace(spec, backend=backend, keras=keras)
-    processes = load_plugin(BACKENDS, backend)(resolved).slots_needed()
+    planner = load_plugin(BACKENDS, backend)(resolved)
+    check_support(planner, launcher)
+    processes = planner.slots_needed()
     resolved = launcher.check_capacity(resolved, processes)
     resolved = launcher.choose_pool(resolved, dict(os.environ))
     pushed = pickle_pushed(resolved.push, namespace or {})

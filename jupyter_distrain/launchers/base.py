@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from ..contract.launch import LaunchedProcess, ProcessSpec, Slot
+from ..contract.launch import CAPABILITIES, LaunchedProcess, ProcessSpec, Slot
 from ..contract.spec import SpecError
 
 if TYPE_CHECKING:
@@ -93,6 +93,10 @@ class Launcher(ABC):
     # what the job's spec may set for this launcher (JobSpec.launcher_options), and the
     # flags that set them: adding one here adds its flag to %%distributed and bench
     declared_options: ClassVar[tuple[LauncherOption, ...]] = ()
+    # what it gives of what a backend may need (contract.launch's capabilities), and why
+    # not, where more than " yet" is to say: plugins.check_support refuses the rest
+    supports: ClassVar[frozenset[str]] = CAPABILITIES
+    why_not: ClassVar[dict[str, str]] = {}
 
     def __init__(self, spec: JobSpec, job: JobDir):
         self.spec = spec

@@ -40,21 +40,21 @@ import tempfile
 import threading
 import time
 from collections import Counter
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from ...contract.cellcheck import uses_horovod_elastic
-from ...contract.launch import LaunchedProcess, ProcessSpec, Slot
+from ...contract.launch import MPIRUN, LaunchedProcess, ProcessSpec, Slot
 from ...contract.private import runtime_dir
 from ...contract.spec import JobSpec, SpecError
 from ..agent.client import EXIT_LOST, handoff_of, job_files_archive, other_version
-from ..agent.delivery import Delivery, PulledStream, Received, one_line, result_slots
+from ..agent.delivery import PulledStream, result_slots
 from ..agent.host import PROTOCOL, route_source
 from ..agent.pooled import pool_request
 from ..base import Launcher, LauncherOption
 from ..isolation import private_network
 from ..limits import thread_env
+from ..remote.bring_back import Holder, bring_back
 from .node import ROOT, SlotAgent
 from .pools import cluster_pools
 from .pools import remember as remember_cluster
@@ -323,6 +323,8 @@ class RayLauncher(Launcher):
 
     name = "ray"
     declared_options = RAY_OPTIONS
+    supports = frozenset()
+    why_not = {MPIRUN: " (no mpirun on Ray)"}
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -345,13 +347,6 @@ class RayLauncher(Launcher):
     # --- at submit -------------------------------------------------------------------
     @classmethod
     def check_capacity(cls, spec: JobSpec, processes: int) -> JobSpec:
-        if spec.uses_mpirun():
-            what = "--backend mpi" if spec.backend == "mpi" else "--controller mpi"
-            raise SpecError(f"{what} is not supported by --launcher ray (no mpirun on Ray)")
-        if spec.gpus:
-            raise SpecError("--gpus is not supported by --launcher ray yet")
-        if spec.backend == "horovod" and uses_horovod_elastic(spec.code):
-            raise SpecError("Horovod elastic is not supported by --launcher ray yet")
         return dataclasses.replace(spec, placement=[preflight(spec, processes)])
 
     @classmethod
@@ -507,9 +502,7 @@ class RayLauncher(Launcher):
         kill the actors, remove the group."""
         import ray
 
-        delivery = Delivery(self.job.path, self.warn)
-        with ThreadPoolExecutor(max_workers=max(1, min(16, len(self.actors)))) as pool:
-            list(pool.map(lambda index: self._bring_back(index, delivery), range(len(self.actors))))
+        bring_back(self.job.path, [self._holder(i) for i in range(len(self.actors))], self.warn)
         for actor in self.actors:
             with contextlib.suppress(Exception):
                 ray.kill(actor.handle, no_restart=True)
@@ -528,30 +521,25 @@ class RayLauncher(Launcher):
         shutil.rmtree(self.local_root.parent, ignore_errors=True)
         self.local_root = None
 
-    def _bring_back(self, index: int, delivery: Delivery) -> None:
-        """Slot ``index``'s files, streamed from its actor into ``delivery``; its directory
-        on the node is removed only once they are stored here."""
+    def _holder(self, index: int) -> Holder:
+        """Slot ``index``'s files, in chunks its actor reads out."""
         import ray
 
         actor = self.actors[index]
-        source = f"slot {index} on {actor.address or 'its node'}"
 
-        def fetch(size: int) -> bytes:
-            return ray.get(actor.handle.send_read.remote(size), timeout=CALL_SECONDS)
-
-        try:
+        @contextlib.contextmanager
+        def archive() -> Iterator[PulledStream]:
             ray.get(actor.handle.send_open.remote(), timeout=CALL_SECONDS)
-            received = delivery.receive(source, PulledStream(fetch), index in self._result_slots)
-            if received.complete:
-                ray.get(actor.handle.remove.remote(), timeout=CALL_SECONDS)
-        except Exception as exc:  # the actor or its node is gone
-            received = Received(source, problem=one_line(exc))
-        if not received.complete:
-            where = f"~/{ROOT}/{self.job.id}/slot{index}"
-            self.warn(
-                f"{source}: what the job produced there was not brought back "
-                f"({received.problem}); it stays on the node in {where}"
+            yield PulledStream(
+                lambda size: ray.get(actor.handle.send_read.remote(size), timeout=CALL_SECONDS)
             )
+
+        def remove() -> None:
+            ray.get(actor.handle.remove.remote(), timeout=CALL_SECONDS)
+
+        source = f"slot {index} on {actor.address or 'its node'}"
+        where = f"~/{ROOT}/{self.job.id}/slot{index}"
+        return Holder(source, where, index in self._result_slots, archive, remove)
 
     def _remove_group(self) -> None:
         from ray.util.placement_group import remove_placement_group

@@ -31,6 +31,7 @@ from __future__ import annotations
 import base64
 import contextlib
 import dataclasses
+import functools
 import getpass
 import json
 import logging
@@ -39,12 +40,11 @@ import os
 import sys
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from ...contract.cellcheck import uses_horovod_elastic
-from ...contract.launch import LaunchedProcess, ProcessSpec, Slot
+from ...contract.launch import GPUS, MPIRUN, LaunchedProcess, ProcessSpec, Slot
 from ...contract.process import Env
 from ...contract.spec import JobSpec, SpecError
 from ...contract.store import JobDir
@@ -56,10 +56,11 @@ from ..agent.client import (
     notebook_id,
     other_version,
 )
-from ..agent.delivery import Delivery, PulledStream, one_line, result_slots
+from ..agent.delivery import PulledStream, result_slots
 from ..agent.host import PROTOCOL
 from ..base import Launcher, LauncherOption, in_range, matching
 from ..limits import thread_env
+from ..remote.bring_back import Holder, bring_back
 from .cluster import (
     Allocation,
     SlurmError,
@@ -162,6 +163,8 @@ class SlurmLauncher(Launcher):
 
     name = "slurm"
     declared_options = SLURM_OPTIONS
+    supports = frozenset({GPUS})
+    why_not = {MPIRUN: " yet (use Gloo)"}
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -180,11 +183,6 @@ class SlurmLauncher(Launcher):
     # --- at submit -----------------------------------------------------------------------
     @classmethod
     def check_capacity(cls, spec: JobSpec, processes: int) -> JobSpec:
-        if spec.uses_mpirun():
-            what = "--backend mpi" if spec.backend == "mpi" else "--controller mpi"
-            raise SpecError(f"{what} is not supported by --launcher slurm yet (use Gloo)")
-        if spec.backend == "horovod" and uses_horovod_elastic(spec.code):
-            raise SpecError("Horovod elastic is not supported by --launcher slurm yet")
         found = preflight(spec, cls.option_values(spec), processes)
         return dataclasses.replace(spec, placement=[found])
 
@@ -357,36 +355,30 @@ class SlurmLauncher(Launcher):
         self.step = self.allocation = None
 
     def _bring_back(self, step: Step) -> None:
-        """Each task's files, as it sends them, into :class:`Delivery`; a task's directory
-        is removed once they are stored here."""
-        delivery = Delivery(self.job.path, self.warn)
-        step.send(ALL, SEND)
-        for index, slot in enumerate(self.slots):
+        """Each task's files, pieces it sends through the step, brought back; a task's
+        directory on its node is removed once they are stored here."""
+
+        def holder(index: int, slot: Slot) -> Holder:
+            @contextlib.contextmanager
+            def archive() -> Iterator[PulledStream]:
+                step.send(index, SEND)
+
+                def fetch(size: int) -> bytes:
+                    piece = step.receive(index, SEND_SECONDS)
+                    if isinstance(piece, str):
+                        if piece:
+                            raise RuntimeError(piece)
+                        return b""
+                    return piece
+
+                yield PulledStream(fetch)
+
             source = f"task {index} on {self.hostnames[index]}"
+            result = slot.index in self._result_slots
+            remove = functools.partial(step.send, index, REMOVE)
+            return Holder(source, self.directories[index], result, archive, remove)
 
-            def fetch(size: int, index: int = index) -> bytes:
-                piece = step.receive(index, SEND_SECONDS)
-                if isinstance(piece, str):
-                    if piece:
-                        raise RuntimeError(piece)
-                    return b""
-                return piece
-
-            try:
-                received = delivery.receive(
-                    source, PulledStream(fetch), slot.index in self._result_slots
-                )
-            except Exception as exc:  # the task or its node is gone
-                self.warn(f"{source}: nothing brought back ({one_line(exc)})")
-                continue
-            if received.complete:
-                step.send(index, REMOVE)
-            else:
-                where = self.directories[index]
-                self.warn(
-                    f"{source}: what the job produced there was not brought back "
-                    f"({received.problem}); it stays on the node in {where}"
-                )
+        bring_back(self.job.path, [holder(i, s) for i, s in enumerate(self.slots)], self.warn)
 
 
 __all__ = ["SlurmLauncher"]

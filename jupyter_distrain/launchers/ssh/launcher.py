@@ -27,17 +27,17 @@ import time
 from pathlib import Path
 from typing import Any
 
-from ...contract.cellcheck import uses_horovod_elastic
-from ...contract.launch import LaunchedProcess, ProcessSpec, Slot
+from ...contract.launch import ELASTIC, MPIRUN, LaunchedProcess, ProcessSpec, Slot
 from ...contract.private import runtime_dir
 from ...contract.process import Env
 from ...contract.spec import JobSpec, SpecError
 from ..agent.client import HANG_UP_SECONDS
-from ..agent.delivery import Delivery, result_slots
+from ..agent.delivery import result_slots
 from ..agent.pooled import pool_request
 from ..base import Launcher, LauncherOption, in_range, matching
 from ..limits import thread_env
-from .bring_back import bring_back
+from ..remote.bring_back import bring_back
+from .bring_back import holder
 from .carry import Carrier, check_each
 from .handles import RemoteRank, SshProcess
 from .kept import close_kept, kept, kept_masters
@@ -108,6 +108,11 @@ class SshLauncher(Launcher):
 
     name = "ssh"
     declared_options = SSH_OPTIONS
+    supports = frozenset({MPIRUN})
+    why_not = {
+        ELASTIC: " yet: its rendezvous server would take (and unpickle) requests from any "
+        "host on the network"
+    }
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -135,13 +140,6 @@ class SshLauncher(Launcher):
     def check_capacity(cls, spec: JobSpec, processes: int) -> JobSpec:
         if spec.uses_mpirun() and not shutil.which("mpirun"):
             raise SpecError("--controller mpi needs mpirun here (Debian: openmpi-bin)")
-        if spec.gpus:
-            raise SpecError("--gpus is not supported by --launcher ssh yet")
-        if spec.backend == "horovod" and uses_horovod_elastic(spec.code):
-            raise SpecError(
-                "Horovod elastic is not supported by --launcher ssh yet: its rendezvous "
-                "server would take (and unpickle) requests from any host on the network"
-            )
         if not cls.option_values(spec)["hosts"]:
             raise SpecError("--launcher ssh needs --hosts host:slots,... (or a hostfile)")
         hosts = preflight(spec, cls.option_values(spec), processes, sys.executable)
@@ -307,17 +305,11 @@ class SshLauncher(Launcher):
 
     def close(self) -> None:
         self.sweep()
-        delivery = Delivery(self.job.path, self.warn)
-        names = sorted(self._files.unpacked)
-        failures = on_each(
-            names,
-            lambda name: bring_back(
-                self.options, name, self._directory(name), delivery, name in self._result_hosts
-            ),
-        )
-        for failure in failures:
-            if failure is not None:
-                self.warn(str(failure))
+        holders = [
+            holder(self.options, name, self._directory(name), name in self._result_hosts)
+            for name in sorted(self._files.unpacked)
+        ]
+        bring_back(self.job.path, holders, self.warn)
         self._lanes.close([h.name for h in self.hosts])
         self._files.unpacked.clear()
         if self._control_dir:
