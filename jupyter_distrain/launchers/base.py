@@ -103,6 +103,8 @@ class Launcher(ABC):
         self.job = job
         # this generation of the job, as warm pools tell runs apart (pool/claims.py)
         self.run_id = f"{job.id}#{secrets.token_hex(4)}"
+        self._progress: Callable[[str], bool] | None = None  # the supervisor's (on_progress)
+        self._warnings: list[str] = []  # until the supervisor takes them (take_warnings)
 
     @classmethod
     def option_values(cls, spec: JobSpec) -> dict[str, Any]:
@@ -244,29 +246,27 @@ class Launcher(ABC):
     def on_progress(self, reporter: Callable[[str], bool]) -> None:
         """Where :meth:`progress` lines go: the supervisor's (shown at once, the launch's
         ``--timeout`` counting from the last one; False once the job is asked to stop)."""
-        self.__dict__["_progress"] = reporter
+        self._progress = reporter
 
     def progress(self, text: str) -> bool:
         """A line about a launch that waits (a job pending in a cluster's queue), while
         :meth:`place` runs ("": no line, only the question); whether to go on waiting. A
         launcher told to stop gives up by raising :class:`LaunchCancelled`. Without a
         supervisor's hook: a warning."""
-        reporter = self.__dict__.get("_progress")
-        if reporter is None:
+        if self._progress is None:
             if text:
                 self.warn(text)
             return True
-        return reporter(text)
+        return self._progress(text)
 
     def warn(self, text: str) -> None:
         """A warning line for the user (what a host sent back and was refused, say): the
         supervisor takes it (:meth:`take_warnings`) into the job's state, events and log."""
-        self.__dict__.setdefault("_warnings", []).append(text)
+        self._warnings.append(text)
 
     def take_warnings(self) -> list[str]:
         """The warnings since the last call (thread-safe: a host's thread may warn)."""
-        pending: list[str] = self.__dict__.get("_warnings", [])
         taken = []
-        while pending:  # each pop is atomic: a warning added meanwhile waits for the next call
-            taken.append(pending.pop(0))
+        while self._warnings:  # each pop is atomic: one added meanwhile waits for the next call
+            taken.append(self._warnings.pop(0))
         return taken
