@@ -26,6 +26,7 @@ endif
 TF_PACKAGES.pinned  := tensorflow-cpu==2.15.1
 TF_PACKAGES.current := tensorflow-cpu==2.20.0 tf-keras==2.20.1
 HOROVOD.pinned      := $(STAMPS)/horovod
+HOROVOD_WHEEL.pinned := $(STAMPS)/horovod-wheel
 # PyTorch for --backend torch (CPU). On these machines pip takes torch 2.13.0's CPU wheel
 # from the local wheel directory; elsewhere PyPI's default is a CUDA build of several GB:
 # `make setup TORCH_INDEX=https://download.pytorch.org/whl/cpu` takes the CPU one there.
@@ -69,9 +70,16 @@ held_install = held=; \
 	    --no-install-recommends $(1); code=$$?; \
 	  [ -z "$$held" ] || $(SUDO) rm -f /usr/sbin/policy-rc.d; exit $$code
 
-.PHONY: setup demo lab test check test-ui lint clean
+.PHONY: setup demo lab test check flake test-ui lint clean
 
-setup: $(STAMPS)/package
+# The package and its tools install beside Horovod's build (~5 minutes of compiling into a
+# wheel); torch waits for that build (its install upgrades setuptools, which the build
+# uses from the virtualenv), then the wheel is installed: a fresh setup ~2 minutes sooner
+setup:
+	@$(MAKE) --no-print-directory -j2 $(STAMPS)/ready
+
+$(STAMPS)/ready: $(STAMPS)/package $(HOROVOD.$(TF)) $(TORCH.$(WITH_TORCH))
+	@touch $@
 
 $(STAMPS)/system:
 	@# iproute2: the fault tests make a second "host" (a network namespace) to port-scan from;
@@ -101,26 +109,33 @@ $(STAMPS)/tensorflow-$(TF): $(STAMPS)/system
 	$(PIP) install -q $(TF_PACKAGES.$(TF))
 	@touch $@
 
-# Horovod 0.28.1 ships only as an sdist: built here against the TensorFlow above with
-# MPI and Gloo (~3 min). pip keeps the built wheel in its cache, so a rebuild is instant.
-# The system cmake is used on purpose: PyPI's cmake 4.x rejects Gloo's old CMakeLists.
-$(STAMPS)/horovod: $(STAMPS)/tensorflow-pinned
+# Horovod 0.28.1 ships only as an sdist: built here into a wheel against the TensorFlow
+# above with MPI and Gloo (~5 min). pip keeps the built wheel in its cache, so a rebuild is
+# instant. The system cmake is used on purpose: PyPI's cmake 4.x rejects Gloo's old CMakeLists.
+WHEELS := $(VENV)/wheels
+# (MAKEFLAGS: this make's own, with its job server, would make Horovod's build one job
+# at a time: it compiles on every core)
+$(STAMPS)/horovod-wheel: $(STAMPS)/tensorflow-pinned
 	HOROVOD_WITH_TENSORFLOW=1 HOROVOD_WITH_MPI=1 HOROVOD_WITH_GLOO=1 \
-	HOROVOD_WITHOUT_PYTORCH=1 HOROVOD_WITHOUT_MXNET=1 \
-	  $(PIP) install -q --no-build-isolation "horovod==$(HOROVOD_VERSION)"
+	HOROVOD_WITHOUT_PYTORCH=1 HOROVOD_WITHOUT_MXNET=1 MAKEFLAGS=-j$$(nproc) \
+	  $(PIP) wheel -q --no-deps --no-build-isolation -w $(WHEELS) "horovod==$(HOROVOD_VERSION)"
+	@touch $@
+
+$(STAMPS)/horovod: $(STAMPS)/horovod-wheel $(STAMPS)/package $(TORCH.$(WITH_TORCH))
+	$(PIP) install -q $(WHEELS)/horovod-$(HOROVOD_VERSION)-*.whl
 	$(PY) -c 'import horovod.tensorflow as hvd; assert hvd.gloo_built() and hvd.mpi_built(), "horovod built without gloo or mpi"'
 	@touch $@
 
-$(STAMPS)/torch: $(STAMPS)/system
+$(STAMPS)/torch: $(STAMPS)/package $(HOROVOD_WHEEL.$(TF))
 	$(PIP) install -q $(if $(TORCH_INDEX),--index-url $(TORCH_INDEX)) $(TORCH_PACKAGES)
 	$(PY) -c 'import torch.distributed as dist; assert dist.is_gloo_available(), "torch without Gloo"'
 	@touch $@
 
-$(STAMPS)/package: $(STAMPS)/tensorflow-$(TF) $(HOROVOD.$(TF)) $(TORCH.$(WITH_TORCH)) pyproject.toml
+$(STAMPS)/package: $(STAMPS)/tensorflow-$(TF) pyproject.toml
 	@# a built extension holds a copy of install.json, which pyproject.toml also adds:
 	@# hatchling refuses the second (a re-install after a pyproject.toml change failed)
 	rm -f jupyter_distrain/labextension/install.json
-	$(PIP) install -q -e ".[dev$(if $(TORCH.$(WITH_TORCH)),$(comma)torch)$(JAX_EXTRA.$(WITH_JAX))]"
+	$(PIP) install -q -e ".[dev$(JAX_EXTRA.$(WITH_JAX))]"
 	@touch $@
 
 # the executed copy goes to build/demo (ignored): the tracked *.executed.ipynb change only
@@ -157,15 +172,28 @@ CURRENT_BATTERIES := \
   "current-user<current-setup=$(call USER_PYTEST,$(CURRENT_VENV)) -m '$(MARKS.current) and not root' $(SECOND_RUN_ARGS)" \
   "current-root<current-setup=$(call ROOT_PYTEST,$(CURRENT_VENV)) -m '$(MARKS.current) and root' $(SECOND_RUN_ARGS)"
 endif
-# the extension is built first: tests/test_wheel.py builds the package with it, as a release does
-test: setup $(STAMPS)/hub-proxy $(STAMPS)/labextension $(STAMPS)/ui-tests $(STAMPS)/chromium
+# the extension is built first (tests/test_wheel.py builds the package with it, as a release
+# does) and the hub's proxy (tests/test_hub.py); what only the UI battery needs (the browser,
+# the UI tests' packages) installs beside the first batteries, as the second virtualenv does
+test: setup $(STAMPS)/hub-proxy $(STAMPS)/labextension
 	$(VENV)/bin/ruff check jupyter_distrain tests benchmarks notebooks
 	$(SUDO) tests/users/accounts.sh
 	$(PY) tests/batteries.py --jobs $(BATTERY_JOBS) \
 	  "user=$(call USER_PYTEST,$(VENV)) -m '$(MARKS.$(TF)) and not root' $(PYTEST_ARGS.$(TF))" \
 	  "root=$(call ROOT_PYTEST,$(VENV)) -m '$(MARKS.$(TF)) and root' $(PYTEST_ARGS.$(TF))" \
 	  $(CURRENT_BATTERIES) \
-	  "ui=$(MAKE) --no-print-directory test-ui"
+	  "+ui-setup=$(MAKE) --no-print-directory $(STAMPS)/ui-tests $(STAMPS)/chromium" \
+	  "ui<ui-setup=$(MAKE) --no-print-directory test-ui"
+
+# The timing-sensitive tests, FLAKE_ROUNDS times as the ordinary account (tests/rounds.py
+# counts each one's failures): run it beside a load (a `make test`, CPU burners). In one
+# xdist worker: its own runtime and cache directories (tests/conftest.py), as a second
+# login of the account has, so that it never shares a pool or a standby with the load
+FLAKE_ROUNDS ?= 20
+flake: setup
+	$(SUDO) tests/users/accounts.sh
+	$(PY) tests/rounds.py $(FLAKE_ROUNDS) $(SUDO) env VENV=$(VENV) tests/users/as_user.sh \
+	  $(TEST_USER) $(VENV)/bin/pytest -p no:cacheprovider -n 1 $$(grep -v '^#' tests/timing_sensitive.txt)
 
 # The fast tier, after every edit (setup done): lint, the layers, the units that start no
 # job (as $(TEST_USER) where run as root, as the user battery runs), Jest
