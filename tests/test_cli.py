@@ -75,7 +75,12 @@ def test_attach_follows_a_running_job_in_text_and_stop_leaves_nothing():
     assert attached.returncode == 0
     out = attached.stdout
     assert f"[{job.id}] succeeded: " in out  # the text view's last line
+    # each rank's last lines come first: the ticks already printed when the CLI started
+    # (late under load) are not missed
     assert "[1] rank 1 tick 3" in out
+    again = cli("attach", job.id).stdout  # an ended job: its last lines, then its end
+    assert again.startswith(f"Attached to job {job.id} (succeeded).\n"), again
+    assert "[0] rank 0 tick 0" in again and "[1] rank 1 tick 3" in again
     sleeper = submit(JobSpec(code="import time\ntime.sleep(600)\n", workers=2, backend="plain"))
     wait_for(lambda: sleeper.state == "running", 60, what="running")
     pids = sleeper.pids()

@@ -444,6 +444,19 @@ def test_line_reader_from_the_end(tmp_path):
     assert missing.read() == [b"first"]  # a file made later is read from its start
 
 
+def test_line_reader_from_the_end_after_the_last_lines_there(tmp_path):
+    """What ``attach`` reads: each log's last lines, then what comes."""
+    path = tmp_path / "log"
+    path.write_bytes(b"".join(b"tick %d\n" % i for i in range(12)) + b"partial")
+    reader = LineReader(path, from_start=False, last=3)
+    with open(path, "ab") as f:
+        f.write(b" line\nafter\n")
+    assert reader.read() == [b"tick 9", b"tick 10", b"tick 11", b"partial line", b"after"]
+    path.write_bytes(b"one\ntwo\n")
+    assert LineReader(path, from_start=False, last=10).read() == [b"one", b"two"]
+    assert LineReader(path, from_start=False, last=0).read() == []
+
+
 def test_line_reader_cuts_a_progress_bar_without_newlines(tmp_path):
     path = tmp_path / "log"
     bar = b"step\r" * (MAX_PARTIAL_BYTES // 5 + 10)

@@ -38,6 +38,7 @@ EXIT_FAILED = 1  # the job shown failed
 EXIT_USAGE = 2  # bad arguments, no such job, a refused command
 EXIT_INTERRUPTED = 130  # Ctrl-C, as a shell reports SIGINT
 
+ATTACH_LINES = 10  # each log's last lines `attach` shows first, as `tail -f` does
 JOB_COMMANDS = ("status", "logs", "stacks", "stop", "scale", "attach")
 NAMES = ("list", *JOB_COMMANDS, "clean", "pool", "config", "bench")
 
@@ -73,7 +74,7 @@ def add_commands(sub: Any) -> dict[str, argparse.ArgumentParser]:
     for name, text in (
         ("status", "show a job's state and its processes"),
         ("stop", "stop every process of a job"),
-        ("attach", "reconnect to a job: stream its output until it ends"),
+        ("attach", "reconnect to a job: its last lines, then its output until it ends"),
     ):
         parsers[name] = sub.add_parser(name, help=text)
         parsers[name].add_argument("job", help="a job id (or a unique prefix), or a session name")
@@ -214,14 +215,12 @@ def clean(args: argparse.Namespace, prog: str) -> None:
 
 
 def attached(job: Job, view: Any, status: JobStatus, prog: str) -> str:
-    """Follow a job from now (its ``view`` rebuilt from the store), until it ends or the
-    user interrupts, which detaches and leaves the job running. Returns its state."""
+    """Follow a job from each process's last lines (its ``view`` rebuilt from the store),
+    until it ends or the user interrupts, which detaches and leaves the job running; a
+    job that has ended shows its last lines and its end. Returns its state."""
     print(f"Attached to job {job.id} ({status.state}).", flush=True)
-    if status.done:
-        view.refresh(force=True)
-        return status.state
     try:  # an interrupt detaches: only the cell that started a job stops it
-        return follow(job, view, from_start=False, stop_on_interrupt=False)
+        return follow(job, view, from_start=False, last=ATTACH_LINES, stop_on_interrupt=False)
     except KeyboardInterrupt:
         print(f"Detached; job {job.id} goes on (`{prog} stop {job.id}` stops it).")
         return job.status().state

@@ -75,6 +75,7 @@ def steps(
     all_output: bool = False,
     only: Collection[ProcessId] | None = None,
     until: Callable[[JobStatus], bool] | None = None,
+    last: int = 0,
 ) -> Steps:
     """Watch ``job`` until it ends (or ``until`` says so of a running job's status: a
     session's cell has run); yields the seconds to wait between polls.
@@ -86,7 +87,7 @@ def steps(
     ``TimeoutError`` once ``timeout`` seconds have passed.
     """
     out = out or sys.stdout
-    tail = LogTail(job.dir, from_start, all_output, only) if stream else None
+    tail = LogTail(job.dir, from_start, all_output, only, last) if stream else None
     deadline = Deadline(timeout)
     warned = 0
     while True:
@@ -159,7 +160,8 @@ class FollowOptions:
     now, whether an interrupt stops the job (``stop_on_interrupt``), and whether to
     show the output exactly as written (``all_output``; by default progress bars show
     their last state and TensorFlow's start-up lines show once); ``only`` these
-    processes' output (default: every process's)."""
+    processes' output (default: every process's); ``last``: from now, after each log's
+    last lines."""
 
     timeout: float | None = None
     stream: bool = True
@@ -169,6 +171,7 @@ class FollowOptions:
     all_output: bool = False
     only: Collection[ProcessId] | None = None
     until: Callable[[JobStatus], bool] | None = None
+    last: int = 0  # not from_start: each log's last lines first
 
     def run(self, job: Job, view: View | None) -> _Run:
         return _Run(
@@ -182,6 +185,7 @@ class FollowOptions:
                 self.all_output,
                 self.only,
                 self.until,
+                self.last,
             )
         )
 

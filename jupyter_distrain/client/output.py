@@ -135,12 +135,13 @@ class LogTail:
         from_start: bool = True,
         all_output: bool = False,
         only: Collection[ProcessId] | None = None,
+        last: int = 0,
     ):
         self.dir = job_dir
         self.output = CellOutput(all_output)
         self.only = only
         self.readers: dict[ProcessId, LineReader] = {
-            process: LineReader(path, from_start=from_start) for process, path in self._logs()
+            process: LineReader(path, from_start, last) for process, path in self._logs()
         }
 
     def _logs(self) -> list[tuple[ProcessId, Path]]:

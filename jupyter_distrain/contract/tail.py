@@ -18,16 +18,15 @@ TAIL_BYTES = 64 * 1024
 class LineReader:
     """The complete lines appended to one file since the last :meth:`read`."""
 
-    def __init__(self, path: Path, from_start: bool = True):
+    def __init__(self, path: Path, from_start: bool = True, last: int = 0):
+        """``from_start`` false: only what is appended from now on, and the ``last``
+        complete lines already there (``attach`` shows them, as ``tail -f`` does)."""
         self.path = path
         self.offset = 0
         self.partial = b""
         self.behind = False  # the last read stopped at max_bytes: there is more
         if not from_start:
-            try:
-                self.offset = path.stat().st_size
-            except FileNotFoundError:
-                pass
+            self.offset = _start_of_last_lines(path, last)
 
     def read(self, max_bytes: int = READ_BYTES) -> list[bytes]:
         """New complete lines, from at most ``max_bytes`` more of the file (call again
@@ -53,6 +52,30 @@ class LineReader:
         """What is left without a final newline."""
         rest, self.partial = self.partial, b""
         return [rest] if rest else []
+
+
+def _start_of_last_lines(path: Path, lines: int, max_bytes: int = TAIL_BYTES) -> int:
+    """Where the last ``lines`` complete lines of a file begin (its end for 0; a line
+    that started more than ``max_bytes`` from the end is left out)."""
+    try:
+        with open(path, "rb") as f:
+            size = f.seek(0, os.SEEK_END)
+            if not lines:
+                return size
+            start = max(0, size - max_bytes)
+            f.seek(start)
+            data = f.read()
+    except FileNotFoundError:
+        return 0
+    end = data.rfind(b"\n") + 1  # a partial last line is read as it completes
+    cut = end - 1
+    for _ in range(lines):
+        cut = data.rfind(b"\n", 0, cut) if cut > 0 else -1
+        if cut < 0:
+            break
+    if cut < 0:  # fewer lines than asked: from the file's start, or the first whole line
+        return start if start == 0 else start + data.find(b"\n") + 1
+    return start + cut + 1
 
 
 def last_lines(path: Path, lines: int, max_bytes: int = TAIL_BYTES) -> str:
