@@ -164,6 +164,15 @@ def test_backends_the_pool_and_workers_import_no_launcher(layer):
     assert _edges(f"jupyter_distrain.{layer}", "jupyter_distrain.launchers") == []
 
 
+@pytest.mark.parametrize(
+    "rules", ["jupyter_distrain.contract.cellcheck", "jupyter_distrain.backends"]
+)
+def test_no_launcher_reads_a_cell_or_asks_a_backend(rules):
+    """What a job needs of a launcher is the backend's to say (``Backend.needs``), met with
+    what the launcher gives once at submit (``plugins.check_support``)."""
+    assert _edges("jupyter_distrain.launchers", rules) == []
+
+
 def test_workers_import_only_the_contract():
     allowed = ("jupyter_distrain.contract", "jupyter_distrain.worker", "jupyter_distrain.version")
     assert [
