@@ -14,10 +14,12 @@ from pathlib import Path
 import pytest
 from IPython.core.error import UsageError
 from IPython.core.interactiveshell import InteractiveShell
+from IPython.core.magic_arguments import parse_argstring
 
 from jupyter_distrain.client import api
-from jupyter_distrain.client.flags import flag_models, flag_table
+from jupyter_distrain.client.flags import flag_models, flag_table, spec_from_args
 from jupyter_distrain.client.magics import DistributedMagics, checked_spec, line_error
+from jupyter_distrain.contract.spec import JobSpec
 
 SOURCES = Path(__file__).parent.parent / "labextension/src"
 CASES = SOURCES / "__tests__/validation-cases.json"
@@ -52,6 +54,16 @@ def test_the_jest_tests_flag_table_is_the_servers():
         "flag_models; print(json.dumps(flag_models(), indent=2))' > "
         "labextension/src/__tests__/flags.json"
     )
+
+
+def test_a_flag_left_at_its_default_gives_the_specs_default():
+    """Each default is declared once, on the JobSpec field: a line without the flag and a
+    spec without the field agree (a session's later cell relies on it: check_same)."""
+    spec = JobSpec(code="")
+    parsed = spec_from_args(parse_argstring(DistributedMagics.distributed, ""), "")
+    for flag in flag_table():
+        if flag.field:
+            assert getattr(parsed, flag.field) == getattr(spec, flag.field), flag.flag
 
 
 def test_the_form_lists_no_flag_of_its_own():

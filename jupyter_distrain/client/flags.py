@@ -11,6 +11,7 @@ through the launchers' entry points: a new launcher option is declared there onl
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import functools
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -37,6 +38,15 @@ _KINDS: dict[str, dict[str, Any]] = {
     "repeat": {"action": "append"},
 }
 _KIND_OF_TYPE = {int: "int", float: "float", str: "str", bool: "bool"}
+FROM_SPEC: Any = object()  # a flag's default: its JobSpec field's (declared once, there)
+
+
+def _spec_default(name: str) -> Any:
+    """The default of JobSpec's field ``name`` (a plain value, not a factory's)."""
+    (found,) = [f for f in dataclasses.fields(JobSpec) if f.name == name]
+    if found.default is dataclasses.MISSING:
+        raise TypeError(f"JobSpec.{name} has no plain default: give the flag its own")
+    return found.default
 
 
 @dataclass(frozen=True)
@@ -55,6 +65,10 @@ class Flag:
     choices: tuple[str, ...] = ()  # checked by JobSpec.validate, with its one-line message
     to_spec: Callable[[Any], Any] | None = None  # the parsed value -> the field's
     launchers: tuple[str, ...] = ()  # a launcher option's: the launchers declaring it
+
+    def __post_init__(self) -> None:
+        if self.default is FROM_SPEC:
+            object.__setattr__(self, "default", _spec_default(self.field))
 
     @property
     def dest(self) -> str:
@@ -115,27 +129,27 @@ def flag_table() -> tuple[Flag, ...]:
     """Every ``%%distributed`` flag, in the order ``%%distributed?`` lists them."""
     backends = ", ".join(plugin_names(BACKENDS))
     return (
-        Flag("--workers", "int", 1, "number of workers (default 1)", "workers", short="-n"),
-        Flag("--ps", "int", 0, "parameter servers (implies --backend ps)", "ps"),
-        Flag("--backend", "str", "auto", f"auto or one of: {backends}", "backend"),
+        Flag("--workers", "int", FROM_SPEC, "number of workers (default 1)", "workers", short="-n"),
+        Flag("--ps", "int", FROM_SPEC, "parameter servers (implies --backend ps)", "ps"),
+        Flag("--backend", "str", FROM_SPEC, f"auto or one of: {backends}", "backend"),
         Flag(
             "--launcher",
             "str",
-            "local",
+            FROM_SPEC,
             f"one of: {', '.join(plugin_names(LAUNCHERS))}",
             "launcher",
         ),
         Flag(
             "--controller",
             "str",
-            "gloo",
+            FROM_SPEC,
             "horovod controller: gloo (default) or mpi",
             "controller",
             choices=CONTROLLERS,
         ),
-        Flag("--cpu", "float", None, "CPU cores per worker (affinity/quota)", "cpu"),
-        Flag("--memory", "float", None, "GiB of memory per worker (enforced)", "memory"),
-        Flag("--gpus", "int", 0, "GPUs per worker (CUDA_VISIBLE_DEVICES)", "gpus"),
+        Flag("--cpu", "float", FROM_SPEC, "CPU cores per worker (affinity/quota)", "cpu"),
+        Flag("--memory", "float", FROM_SPEC, "GiB of memory per worker (enforced)", "memory"),
+        Flag("--gpus", "int", FROM_SPEC, "GPUs per worker (CUDA_VISIBLE_DEVICES)", "gpus"),
         Flag(
             "--gpu-ids",
             "str",
@@ -154,9 +168,9 @@ def flag_table() -> tuple[Flag, ...]:
             metavar="K=V",
             to_spec=parse_env_pairs,
         ),
-        Flag("--name", "str", "job", "job name, the prefix of its id", "name"),
-        Flag("--timeout", "float", 120.0, "seconds for every worker to start", "timeout"),
-        Flag("--grace", "float", 5.0, "seconds between SIGTERM and SIGKILL on stop", "grace"),
+        Flag("--name", "str", FROM_SPEC, "job name, the prefix of its id", "name"),
+        Flag("--timeout", "float", FROM_SPEC, "seconds for every worker to start", "timeout"),
+        Flag("--grace", "float", FROM_SPEC, "seconds between SIGTERM and SIGKILL on stop", "grace"),
         Flag(
             "--push",
             "str",
@@ -169,7 +183,7 @@ def flag_table() -> tuple[Flag, ...]:
         Flag(
             "--out",
             "str",
-            None,
+            FROM_SPEC,
             "bind rank 0's `result` to this notebook variable",
             "out",
             metavar="NAME",
@@ -177,14 +191,14 @@ def flag_table() -> tuple[Flag, ...]:
         Flag(
             "--out-all",
             "bool",
-            False,
+            FROM_SPEC,
             "with --out in a session: bind a list of every rank's `result`",
             "out_all",
         ),
         Flag(
             "--session",
             "str",
-            None,
+            FROM_SPEC,
             "run the cell in the interactive session NAME: started by its first cell, its "
             "ranks keep their variables for the next cells with --session NAME",
             "session",
@@ -193,28 +207,28 @@ def flag_table() -> tuple[Flag, ...]:
         Flag(
             "--keep-session",
             "bool",
-            False,
+            FROM_SPEC,
             "the session outlives this kernel (another kernel finds it by its name)",
             "keep_session",
         ),
         Flag(
             "--hang-timeout",
             "float",
-            120.0,
+            FROM_SPEC,
             "fail the job when a running process is unheard this many seconds (0: never)",
             "hang_timeout",
         ),
         Flag(
             "--stall-timeout",
             "float",
-            60.0,
+            FROM_SPEC,
             "warn when no rank's step advances for this many seconds (0: never)",
             "stall_timeout",
         ),
         Flag(
             "--max-restarts",
             "int",
-            0,
+            FROM_SPEC,
             "after a failed, hung or lost rank, restart the job from its last checkpoint, "
             "up to N times (0: fail at once)",
             "max_restarts",
@@ -223,7 +237,7 @@ def flag_table() -> tuple[Flag, ...]:
         Flag(
             "--min-workers",
             "int",
-            0,
+            FROM_SPEC,
             "with --max-restarts: when a host or node is lost, restart without it while at "
             "least M workers remain (0: restart at the same size)",
             "min_workers",
@@ -232,7 +246,7 @@ def flag_table() -> tuple[Flag, ...]:
         Flag(
             "--checkpoint-every",
             "str",
-            "",
+            FROM_SPEC,
             "save a checkpoint every N steps (50) or seconds (30s), where the program saves "
             "through jupyter_distrain.torch.checkpointed: what a restart resumes from",
             "checkpoint_every",
@@ -241,7 +255,7 @@ def flag_table() -> tuple[Flag, ...]:
         Flag(
             "--keras",
             "str",
-            "auto",
+            FROM_SPEC,
             "auto, legacy (tf-keras) or native: the Keras workers use on TensorFlow >= 2.16",
             "keras",
             choices=KERAS_CHOICES,
@@ -249,7 +263,7 @@ def flag_table() -> tuple[Flag, ...]:
         Flag(
             "--batch-size",
             "int",
-            None,
+            FROM_SPEC,
             "images per step for the metrics, where Keras cannot tell",
             "batch_size",
         ),
