@@ -10,7 +10,7 @@ Design decision
   metadata, ~15 ms, three times per job in the kernel and three in the supervisor);
   a name it has not seen makes it read them again, so a plugin installed while a
   kernel runs is found. `--backend auto`
-  resolves to the first available backend in `api.BACKEND_PREFERENCE`.
+  resolves to the first available backend in `backends.choice.BACKEND_PREFERENCE`.
 """
 
 from __future__ import annotations

@@ -87,7 +87,9 @@ def test_a_cell_takes_the_files_defaults_and_its_flags_win(config_dirs, monkeypa
         "c.Distrain.stall_timeout = 300.0\nc.Distrain.grace = 2.0\n"
     )
     submitted = []
-    monkeypatch.setattr(api, "submit", lambda spec, ns=None: submitted.append(spec) or 1 / 0)
+    monkeypatch.setattr(
+        api, "submit", lambda checked, ns=None: submitted.append(checked.spec) or 1 / 0
+    )
     magics = DistributedMagics(InteractiveShell.instance())
     for line in ("--workers 2", "--workers 2 --stall-timeout 10"):
         with pytest.raises(ZeroDivisionError):

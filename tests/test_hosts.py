@@ -85,8 +85,8 @@ def test_ssh_failures_read_as_one_line_naming_the_host():
 def test_the_ssh_and_ray_options_are_carried_as_the_launchers_own(monkeypatch):
     submitted = []
 
-    def submit(spec, user_ns=None):
-        submitted.append(spec)
+    def submit(checked, user_ns=None):
+        submitted.append(checked.spec)
         raise InterruptedError  # far enough: nothing is started
 
     monkeypatch.setattr(api, "submit", submit)

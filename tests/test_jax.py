@@ -315,7 +315,7 @@ def test_without_jax_the_backend_is_one_line_naming_the_install(jobs_root):
 
 
 def test_auto_picks_jax_for_keras_on_jax_and_not_beside_another_framework(jobs_root):
-    from jupyter_distrain.client.api import resolve_backend
+    from jupyter_distrain.backends.choice import resolve_backend
 
     keras_on_jax = 'import os\nos.environ["KERAS_BACKEND"] = "jax"\nimport keras\n'
     assert resolve_backend(JobSpec(code=keras_on_jax, workers=2))[0] == "jax"

@@ -12,14 +12,11 @@ import subprocess
 import sys
 import threading
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
-from ..contract.cellcheck import (
-    check_syntax,
-    defines_tf1_run,
-    imported_packages,
-    keras_backend_set,
-)
+from ..backends.choice import NOT_TENSORFLOW, resolve_backend
+from ..contract.cellcheck import check_syntax, defines_tf1_run
 from ..contract.spec import JobSpec, SpecError
 from ..contract.store import JobDir
 from ..frameworks import resolve_keras
@@ -29,52 +26,6 @@ from .follow import follow
 from .job import NEVER_STARTED, Job
 
 log = logging.getLogger(__name__)
-
-# --backend auto without --ps: the first of these that can run here
-BACKEND_PREFERENCE = ("horovod", "tf")
-TENSORFLOW_PACKAGES = {"tensorflow", "horovod", "keras", "tf_keras"}
-# --backend auto: a cell importing the package, and none of the others, runs on the backend
-BACKEND_OF_IMPORT = (
-    ("torch", "torch", TENSORFLOW_PACKAGES | {"jax"}),
-    ("jax", "jax", TENSORFLOW_PACKAGES | {"torch"}),
-    ("mpi4py", "mpi", TENSORFLOW_PACKAGES | {"torch", "jax"}),
-)
-# those backends run no TensorFlow: their jobs need no tf.keras choice
-NOT_TENSORFLOW = {backend for _, backend, _ in BACKEND_OF_IMPORT}
-
-
-def resolve_backend(spec: JobSpec) -> tuple[str, str]:
-    """The backend ``auto`` stands for and why; any other name is checked as given."""
-    if spec.backend != "auto":
-        try:
-            cls = load_plugin(BACKENDS, spec.backend)
-        except ValueError as exc:
-            raise SpecError(f"--backend: {exc}") from None
-        ok, why = cls.available()
-        if not ok:
-            raise SpecError(f"--backend {spec.backend}: {why}")
-        return spec.backend, "as asked"
-    if spec.ps:
-        return "ps", "--ps given"
-    imported = imported_packages(spec.code)
-    keras_on_jax = spec.env.get("KERAS_BACKEND", keras_backend_set(spec.code)) == "jax"
-    if keras_on_jax:
-        imported = (imported - {"keras"}) | {"jax"}  # Keras 3 on JAX is a JAX program
-    for package, backend, others in BACKEND_OF_IMPORT:
-        if package in imported and not imported & others:
-            ok, why = load_plugin(BACKENDS, backend).available()
-            on_jax = keras_on_jax and package == "jax"
-            does = "runs Keras on JAX" if on_jax else f"imports {package}"
-            if not ok:
-                raise SpecError(f"--backend auto: the cell {does}, but {why}")
-            return backend, f"the cell {does} and not TensorFlow; {why}"
-    reasons = []
-    for name in BACKEND_PREFERENCE:
-        ok, why = load_plugin(BACKENDS, name).available()
-        if ok:
-            return name, "; ".join([*reasons, why])
-        reasons.append(why)
-    raise SpecError(f"--backend auto: no backend can run here ({'; '.join(reasons)})")
 
 
 def pickle_pushed(names: list[str], namespace: Mapping[str, Any]) -> bytes | None:
@@ -92,14 +43,30 @@ def pickle_pushed(names: list[str], namespace: Mapping[str, Any]) -> bytes | Non
         raise SpecError(f"--push: cannot pickle the pushed variables: {exc}") from None
 
 
-def submit(spec: JobSpec, namespace: Mapping[str, Any] | None = None) -> Job:
+@dataclass(frozen=True)
+class Checked:
+    """A spec that passed a cell's rules (:func:`check`): :func:`submit` takes it as it
+    is, so the rules run once however the cell came (the magic checks its line first)."""
+
+    spec: JobSpec
+
+
+def check(spec: JobSpec) -> Checked:
+    """A cell's rules, in one place: the spec's own (``JobSpec.validate``), the launchers'
+    options (those at their defaults left out), the cell's syntax; a :class:`SpecError`
+    (one line) where one is broken."""
+    checked = check_launcher_options(spec.validate())
+    check_syntax(checked.code)
+    return Checked(checked)
+
+
+def submit(spec: JobSpec | Checked, namespace: Mapping[str, Any] | None = None) -> Job:
     """Start a job and return its handle at once. Nothing is launched on bad input.
 
     ``spec`` is left as given: the job runs a copy with its backend resolved
     (``job.spec``), and ``job.backend_reason`` says why that backend was chosen.
     """
-    spec = check_launcher_options(spec.validate())
-    check_syntax(spec.code)
+    spec = (spec if isinstance(spec, Checked) else check(spec)).spec
     try:  # the config files' environment settings (pool, retention, jobs root)
         config.apply()
     except config.ConfigError as exc:

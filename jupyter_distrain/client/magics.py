@@ -13,7 +13,6 @@ from IPython.core.magic_arguments import MagicArgumentParser, magic_arguments, p
 from ..contract.cellcheck import elastic_warnings, undefined_names
 from ..contract.session import INLINE_OUT_BYTES
 from ..contract.spec import JobSpec, SpecError
-from ..plugins import check_launcher_options
 from . import api, bench, commands, config
 from . import session as sessions
 from .flags import flag_arguments, spec_from_args
@@ -39,16 +38,16 @@ def _flag_defaults() -> dict[str, Any]:
         raise UsageError(str(exc)) from None
 
 
-def checked_spec(line: str, cell: str) -> tuple[JobSpec, Any]:
+def checked_spec(line: str, cell: str) -> tuple[api.Checked, Any]:
     """The spec a ``%%distributed`` line (the words after the magic's name; the flags'
-    defaults from the config files) describes for ``cell``, checked as the magic checks
-    it before it submits, and the parsed flags; a :class:`UsageError` with the magic's
-    one-line message where it would refuse them."""
+    defaults from the config files) describes for ``cell``, checked once (``api.check``:
+    submit takes it as it is), and the parsed flags; a :class:`UsageError` with the
+    magic's one-line message where it would refuse them."""
     magic = DistributedMagics.distributed
     magic.parser.set_defaults(**_flag_defaults())
     args = parse_argstring(magic, line)
     try:
-        return check_launcher_options(spec_from_args(args, cell).validate()), args
+        return api.check(spec_from_args(args, cell)), args
     except SpecError as exc:
         raise UsageError(str(exc)) from None
 
@@ -102,12 +101,13 @@ class DistributedMagics(Magics):
         """
         if cell is None:
             return self._line_command(line)
-        spec, args = checked_spec(line, cell)
+        checked, args = checked_spec(line, cell)
+        spec = checked.spec
         if spec.session is not None:
             run = self._session_cell(spec, args)
             run.follow()
             return self._bind_cell_out(run, spec)
-        job, view = self._start(spec)
+        job, view = self._start(checked)
         if args.background:
             follow_in_background(job, view)
             return job
@@ -117,14 +117,15 @@ class DistributedMagics(Magics):
 
     async def distributed_async(self, line: str, cell: str) -> Any:
         """The cell form, when a kernel runs it as an async cell (see ``async_cell``)."""
-        spec, args = checked_spec(line, cell)
+        checked, args = checked_spec(line, cell)
+        spec = checked.spec
         if spec.session is not None:
             run = self._session_cell(spec, args)
             if isinstance(run.view, JobWidget):  # comm messages handled while this waits
                 run.view.keep_text_live(lines=True)
             await run.follow_async()
             return self._bind_cell_out(run, spec)
-        job, view = self._start(spec)
+        job, view = self._start(checked)
         if args.background:
             follow_in_background(job, view)
             return job
@@ -134,13 +135,13 @@ class DistributedMagics(Magics):
         self._bind_out(job)
         return None
 
-    def _start(self, spec: JobSpec) -> tuple[Job, JobWidget | TextSummary]:
+    def _start(self, checked: api.Checked) -> tuple[Job, JobWidget | TextSummary]:
         """Submit a checked spec; show the job's view."""
         try:
-            self._warn_undefined(spec)
-            for warning in elastic_warnings(spec.code):
+            self._warn_undefined(checked.spec)
+            for warning in elastic_warnings(checked.spec.code):
                 print(f"Warning: {warning}.", file=sys.stderr, flush=True)
-            job = api.submit(spec, self.shell.user_ns)
+            job = api.submit(checked, self.shell.user_ns)
         except SpecError as exc:
             raise UsageError(str(exc)) from None
         spec = job.spec  # as submitted: the backend resolved
@@ -159,7 +160,8 @@ class DistributedMagics(Magics):
             raise UsageError("--background is for jobs: a session's cell is followed")
         job = sessions.find(spec.session or "")
         if job is None:
-            job, view = self._start(sessions.owned(spec))
+            # checked above; owned() only names this kernel as the session's owner
+            job, view = self._start(api.Checked(sessions.owned(spec)))
             print(
                 f"Session {spec.session} started: later cells with --session "
                 f"{spec.session} run in the same ranks",
