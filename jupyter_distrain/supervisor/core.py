@@ -84,6 +84,17 @@ class Supervisor:
         self.duties = [self.startup, self.stacks, self.session, *(w(self) for w in WATCHES)]
         self.duties.append(Saver(self))  # last: it saves what the others changed
         self._loop_thread = threading.get_ident()
+        # one dispatch: each part says what it does with its events (handlers())
+        self._handlers: dict[type, Callable[[Any], Any]] = {
+            **self.processes.handlers(),
+            **self.scaling.handlers(),
+            **self.stacks.handlers(),
+            **self.session.handlers(),
+            ev.StopRequested: lambda e: self.stop(e.reason),
+            ev.StopProcesses: lambda e: self.stop_processes(e.ids),
+            ev.StartProcess: lambda e: self.start_process(e.proc),
+            ev.BackendDone: lambda e: self.on_backend_done(e.error),
+        }
 
     @property
     def table(self) -> ProcessTable:
@@ -121,20 +132,7 @@ class Supervisor:
         self.apply(event)
 
     def apply(self, event: Any) -> Any:
-        handler = {
-            ev.Exited: lambda e: self.processes.on_exited(e.id, e.handle, e.code),
-            ev.Hello: lambda e: self.processes.on_hello(e.body),
-            ev.Bye: lambda e: self.processes.on_bye(e.body),
-            ev.Metric: lambda e: self.processes.on_metric(e.record, e.received),
-            ev.StopRequested: lambda e: self.stop(e.reason),
-            ev.StopProcesses: lambda e: self.stop_processes(e.ids),
-            ev.ScaleRequested: lambda e: self.scaling.request(e.workers),
-            ev.StartProcess: lambda e: self.start_process(e.proc),
-            **self.stacks.handlers(),
-            **self.session.handlers(),
-            ev.BackendDone: lambda e: self.on_backend_done(e.error),
-        }[type(event)]
-        return handler(event)
+        return self._handlers[type(event)](event)
 
     # --- the job host (what a backend's driver may call, from any thread) -----------
     def start_process(self, proc: ProcessSpec) -> LaunchedProcess:

@@ -20,6 +20,7 @@ from __future__ import annotations
 import logging
 import signal
 import time
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from ..contract.launch import LaunchedProcess
@@ -27,6 +28,7 @@ from ..contract.process import CHECKPOINT_EXIT, ProcessId, metric_number
 from ..contract.status import ProcessRecord
 from ..contract.tail import last_lines
 from ..timing import Deadline
+from . import events as ev
 from .table import Entry, record_exit
 
 TAIL_LINES = 20  # of the failing process's log, kept with the job's error
@@ -47,6 +49,15 @@ class ProcessEvents:
     def __init__(self, supervisor: Supervisor):
         self.supervisor = supervisor
         self.taking_exits = False  # within take_exits: the exits it applies take none
+
+    def handlers(self) -> dict[type, Callable[[Any], Any]]:
+        """What the loop does with the members' events."""
+        return {
+            ev.Exited: lambda e: self.on_exited(e.id, e.handle, e.code),
+            ev.Hello: lambda e: self.on_hello(e.body),
+            ev.Bye: lambda e: self.on_bye(e.body),
+            ev.Metric: lambda e: self.on_metric(e.record, e.received),
+        }
 
     def proven(self, body: dict[str, Any]) -> Entry | None:
         """The entry of the process a message names, when it carries that process's proof

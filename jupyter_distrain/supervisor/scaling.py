@@ -68,12 +68,14 @@ from __future__ import annotations
 import logging
 import signal
 import time
-from typing import TYPE_CHECKING
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 from ..contract.process import CHECKPOINT_EXIT
 from ..contract.session import SCALE_REFUSED
 from ..contract.status import ProcessRecord
 from ..timing import Deadline
+from . import events as ev
 from .restarts import next_generation
 
 if TYPE_CHECKING:
@@ -92,6 +94,10 @@ class Scaling:
         self.deadline = Deadline(None)
         self.drain: Deadline | None = None  # set once the first member checkpointed
         self.in_place: InPlace | None = None  # an in-place resize not yet complete
+
+    def handlers(self) -> dict[type, Callable[[Any], Any]]:
+        """What the loop does with a scale request."""
+        return {ev.ScaleRequested: lambda e: self.request(e.workers)}
 
     def request(self, workers: int) -> None:
         """Scale to ``workers``; raises ValueError when the job cannot scale now."""
