@@ -67,12 +67,11 @@ def _start_of_last_lines(path: Path, lines: int, max_bytes: int = TAIL_BYTES) ->
             data = f.read()
     except FileNotFoundError:
         return 0
-    end = data.rfind(b"\n") + 1  # a partial last line is read as it completes
-    cut = end - 1
+    cut = data.rfind(b"\n")  # the last complete line's end: a partial one is read later
     for _ in range(lines):
-        cut = data.rfind(b"\n", 0, cut) if cut > 0 else -1
         if cut < 0:
             break
+        cut = data.rfind(b"\n", 0, cut)
     if cut < 0:  # fewer lines than asked: from the file's start, or the first whole line
         return start if start == 0 else start + data.find(b"\n") + 1
     return start + cut + 1

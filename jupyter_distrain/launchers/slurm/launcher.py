@@ -357,28 +357,33 @@ class SlurmLauncher(Launcher):
     def _bring_back(self, step: Step) -> None:
         """Each task's files, pieces it sends through the step, brought back; a task's
         directory on its node is removed once they are stored here."""
+        holders = [
+            Holder(
+                f"task {index} on {self.hostnames[index]}",
+                self.directories[index],
+                slot.index in self._result_slots,
+                functools.partial(_task_archive, step, index),
+                functools.partial(step.send, index, REMOVE),
+            )
+            for index, slot in enumerate(self.slots)
+        ]
+        bring_back(self.job.path, holders, self.warn)
 
-        def holder(index: int, slot: Slot) -> Holder:
-            @contextlib.contextmanager
-            def archive() -> Iterator[PulledStream]:
-                step.send(index, SEND)
 
-                def fetch(size: int) -> bytes:
-                    piece = step.receive(index, SEND_SECONDS)
-                    if isinstance(piece, str):
-                        if piece:
-                            raise RuntimeError(piece)
-                        return b""
-                    return piece
+@contextlib.contextmanager
+def _task_archive(step: Step, index: int) -> Iterator[PulledStream]:
+    """Task ``index``'s archive: the pieces it sends through ``step`` once asked."""
+    step.send(index, SEND)
 
-                yield PulledStream(fetch)
+    def fetch(size: int) -> bytes:
+        piece = step.receive(index, SEND_SECONDS)
+        if isinstance(piece, str):  # its end: "" when all of it came, else why not
+            if piece:
+                raise RuntimeError(piece)
+            return b""
+        return piece
 
-            source = f"task {index} on {self.hostnames[index]}"
-            result = slot.index in self._result_slots
-            remove = functools.partial(step.send, index, REMOVE)
-            return Holder(source, self.directories[index], result, archive, remove)
-
-        bring_back(self.job.path, [holder(i, s) for i, s in enumerate(self.slots)], self.warn)
+    yield PulledStream(fetch)
 
 
 __all__ = ["SlurmLauncher"]
