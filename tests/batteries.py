@@ -7,8 +7,9 @@ second run's batteries wait for its virtualenv). At most ``--jobs`` run at once,
 order given; one named ``+NAME`` (an install, which waits on the network and the disk)
 starts at once and takes no place among them. Each battery's output goes to ``build/tests/NAME.log``; when it ends, its
 last lines (pytest's summary and slowest tests) are printed, all of it when it failed.
-At the end: a table of every battery's time and outcome; the exit status is 1 when any
-failed or could not start.
+At the end: a table of every battery's time and outcome, then each failed battery's
+failed tests with their one-line reasons (CI's excerpt of a long log keeps its end); the
+exit status is 1 when any failed or could not start.
 
 Why a runner and not ``make -j``: two accounts' batteries (and the second virtualenv's
 setup) share no state and leave a third of two cores idle when run one after another;
@@ -27,6 +28,7 @@ from pathlib import Path
 
 LOGS = Path("build/tests")
 TAIL_LINES = 40  # a passing battery's summary and its slowest tests
+SUMMARY_LINES = 60  # of a failed battery's short test summary, at the end
 
 
 @dataclass
@@ -73,6 +75,16 @@ class Battery:
         print("\n".join(shown), flush=True)
         return True
 
+    def failures(self) -> list[str]:
+        """pytest's short test summary (each failed test and its reason) from this
+        battery's log; empty where there is none (a setup, the UI tests)."""
+        lines = self.log.read_text(errors="replace").splitlines()
+        start = next((i for i, line in enumerate(lines) if "short test summary info" in line), -1)
+        if start < 0:
+            return []
+        end = next((i for i in range(start + 1, len(lines)) if lines[i].startswith("=")), None)
+        return lines[start + 1 : end][:SUMMARY_LINES]
+
     @property
     def outcome(self) -> str:
         if self.code is None:
@@ -113,6 +125,10 @@ def run(batteries: list[Battery], jobs: int) -> bool:
     print("== batteries ==")
     for b in batteries:
         print(f"  {b.name:<16} {minutes(b.seconds):>6}  {b.outcome}")
+    for b in batteries:
+        if b.code:
+            print(f"== {b.name}: what failed ==")
+            print("\n".join(b.failures()) or f"(no test named: see {b.log})", flush=True)
     return all(b.code == 0 for b in batteries)
 
 

@@ -11,9 +11,9 @@ from jupyter_distrain import plugins
 from jupyter_distrain.client import api, cml
 from jupyter_distrain.client.magics import DistributedMagics, checked_spec
 from jupyter_distrain.contract.spec import JobSpec, SpecError
+from jupyter_distrain.launchers.ssh.connection import SshOptions, explain
 from jupyter_distrain.launchers.ssh.hosts import HostSlots, parse_hosts
 from jupyter_distrain.launchers.ssh.launcher import SshLauncher
-from jupyter_distrain.launchers.ssh.session import SshOptions, explain
 
 
 def test_hosts_from_the_flag_and_from_a_hostfile(tmp_path):

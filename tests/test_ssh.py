@@ -52,9 +52,9 @@ from jupyter_distrain.contract.process import ProcessId
 from jupyter_distrain.contract.spec import JobSpec, SpecError
 from jupyter_distrain.contract.store import list_job_dirs
 from jupyter_distrain.launchers.agent.host import PROTOCOL
+from jupyter_distrain.launchers.ssh.connection import AGENT_MODULE, SshOptions
 from jupyter_distrain.launchers.ssh.pools import host_pools
 from jupyter_distrain.launchers.ssh.preflight import REMOTE_ROOT
-from jupyter_distrain.launchers.ssh.session import AGENT_MODULE, SshOptions
 
 pytestmark = pytest.mark.root  # the hosts are network namespaces
 

@@ -4,12 +4,19 @@ control channel and writes the job store; it outlives the kernel that started it
 kernel with pools on keeps one started ahead (``standby``: ``python -m
 jupyter_distrain.supervisor.standby``), which the next job is handed to.
 
-- ``core``: the event loop, the only writer of the job's state;
+- ``core``: the event loop, the only writer of the job's state, and its one dispatch
+  table (each part below says which events it handles: ``handlers()``);
 - ``events``: what other threads post to it;
 - ``generation`` / ``table``: the processes of one launch, keyed by ProcessId;
 - ``outcomes``: hello, bye, metrics and exits, and the backend's rules after each exit;
-- ``scaling``, ``periodic``, ``termination``: the protocols the loop runs;
-- ``channels``: the control and metrics channels and the worker environment.
+- ``restarts``: fail or restart from the last checkpoint (``--max-restarts``);
+- ``scaling``: resize in place or by checkpoint and a new generation;
+- ``session``: an interactive session's cells; ``stacks``: every rank's stacks on request;
+- ``periodic``: the duties the loop ticks (deadlines, memory, stall watch, saving);
+- ``termination``: SIGTERM, ``--grace``, SIGKILL, through each process's handle;
+- ``channels``: the control and metrics channels and the worker environment;
+- ``standby``: a supervisor started ahead for the next job; ``warden``: the
+  supervisor's parent, which cleans up if it dies.
 
 How the supervisor works
 ------------------------
@@ -44,8 +51,8 @@ One small package; each file's first line says what it owns.
 - `termination.py`: SIGTERM to each tree, `--grace`, SIGKILL, wait.
 - `channels.py`: the control and metrics channels and the worker environment.
 
-**The supervisor never touches a pid.** Every signal, memory reading and
-liveness check goes through a `LaunchedProcess` a launcher returned
+**The supervisor reaches a process through its handle.** Every signal, memory
+reading and liveness check goes through a `LaunchedProcess` a launcher returned
 (`signal(sig, tree=)`, `memory_bytes()`, `poll()`, `wait()`), and sweeping
 escaped grandchildren or reaping orphans is `launcher.sweep()` /
 `launcher.reap()`. The local launcher keeps a `psutil.Process` per handle, so

@@ -1,6 +1,9 @@
-"""The agent the ssh launcher runs on each host: ``python -m jupyter_distrain.launchers.agent CMD``.
+"""The host agent: ``python -m jupyter_distrain.launchers.agent CMD``, the program every
+remote launcher runs on a host (an ssh connection's command, a Slurm task's child, a Ray
+actor's subprocess), and the library of what a host does that the Slurm task and the Ray
+actor import (unpack, pack, remove, free ports, reports).
 
-One short program per ssh session, light to import (no TensorFlow, no ZeroMQ):
+Light to import (no TensorFlow, no ZeroMQ). Its commands:
 
 - ``preflight``: can this host run the job? Prints one JSON line: this package's
   version and the agent's :data:`PROTOCOL` (the launcher refuses another), the

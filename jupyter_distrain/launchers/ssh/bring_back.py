@@ -12,7 +12,7 @@ from typing import IO
 from ..agent.client import HANG_UP_SECONDS
 from ..agent.delivery import PipeStream
 from ..remote.bring_back import Holder
-from .session import RemoteError, SshOptions, explain
+from .connection import RemoteError, SshOptions, explain
 
 FINISH_SECONDS = 30.0  # with nothing coming back from a host, its files stay there
 FINISH_TOTAL_SECONDS = 3600.0  # the longest one host's files may take to come back

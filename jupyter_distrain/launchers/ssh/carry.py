@@ -14,8 +14,8 @@ from typing import Any
 from ...contract.launch import Slot
 from ...contract.store import JobDir
 from ..agent.client import job_files_archive, live_job_ids, notebook_id
+from .connection import RemoteError, SshOptions, agent_answer, on_each
 from .preflight import RemoteHost
-from .session import RemoteError, SshOptions, agent_answer, on_each
 
 log = logging.getLogger(__name__)
 

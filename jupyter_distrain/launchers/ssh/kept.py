@@ -25,7 +25,7 @@ from typing import Any
 
 from ...contract.private import is_private_dir, runtime_dir, write_atomic
 from ...contract.process import Env
-from .session import CONTROL_DIR_CHARS, SshOptions, on_each
+from .connection import CONTROL_DIR_CHARS, SshOptions, on_each
 
 log = logging.getLogger(__name__)
 

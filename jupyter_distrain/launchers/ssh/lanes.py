@@ -16,7 +16,7 @@ import dataclasses
 from collections import defaultdict
 from typing import Protocol
 
-from .session import SshOptions, on_each
+from .connection import SshOptions, on_each
 
 # sshd's default MaxSessions is 10: two left on each connection for short commands
 SESSIONS_PER_CONNECTION = 8

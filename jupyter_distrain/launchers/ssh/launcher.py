@@ -39,6 +39,7 @@ from ..limits import thread_env
 from ..remote.bring_back import bring_back
 from .bring_back import holder
 from .carry import Carrier, check_each
+from .connection import CONTROL_DIR_CHARS, SshOptions, on_each
 from .handles import RemoteRank, SshProcess
 from .kept import close_kept, kept, kept_masters
 from .lanes import Lanes
@@ -46,7 +47,6 @@ from .mpi import start_mpirun
 from .pools import host_pools
 from .pools import remember as remember_pool_host
 from .preflight import RemoteHost, preflight
-from .session import CONTROL_DIR_CHARS, SshOptions, on_each
 
 log = logging.getLogger(__name__)
 

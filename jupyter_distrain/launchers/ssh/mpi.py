@@ -19,8 +19,8 @@ from ...processes import die_with_parent
 from ..base import Launcher
 from ..handles import LocalProcess
 from ..limits import thread_env
+from .connection import SshOptions
 from .preflight import REMOTE_ROOT, RemoteHost
-from .session import SshOptions
 
 _TAG_RE = re.compile(rb"\[\d+,(\d+)\]<std(?:out|err)>:")  # mpirun --tag-output
 

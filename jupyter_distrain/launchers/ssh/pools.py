@@ -8,8 +8,8 @@ from pathlib import Path
 
 from ...pool import places
 from ...pool.client import PoolInfo
+from .connection import RemoteError, SshOptions, agent_answer, on_each
 from .kept import kept
-from .session import RemoteError, SshOptions, agent_answer, on_each
 
 HOSTS_FILE = "ssh-hosts.json"
 ASK_SECONDS = 20.0

@@ -19,9 +19,9 @@ from typing import Any
 from ...contract.spec import JobSpec, SpecError
 from ..agent.client import other_version
 from ..agent.host import JOBS_ROOT, PROTOCOL, socket_name, sockets_dir
+from .connection import RemoteError, SshOptions, agent_answer, on_each
 from .hosts import parse_hosts
 from .kept import kept, recall, remember
-from .session import RemoteError, SshOptions, agent_answer, on_each
 
 REMOTE_ROOT = JOBS_ROOT  # under the remote user's home
 # what argparse says when an agent of another version does not know a command or option
