@@ -200,7 +200,7 @@ flake: setup
 CHECK_TESTS := tests/test_layers.py tests/test_units.py tests/test_client_rules.py \
   tests/test_supervisor_rules.py tests/test_config.py tests/test_gpus.py tests/test_hosts.py \
   tests/test_labextension.py tests/test_agent_leftovers.py tests/test_delivery.py \
-  tests/test_hardening.py tests/test_retention.py tests/test_channels.py
+  tests/test_hardening.py tests/test_retention.py tests/test_channels.py tests/test_agent_handles.py
 CHECK_PYTEST = $(VENV)/bin/pytest $(PYTEST_RUN) -q -n 2 --dist loadfile -m "not root" $(CHECK_TESTS)
 check: setup $(STAMPS)/labextension
 	$(VENV)/bin/ruff check jupyter_distrain tests benchmarks notebooks

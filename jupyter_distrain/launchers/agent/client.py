@@ -227,8 +227,25 @@ class AgentProcess(LaunchedProcess):
     task's): its pid, start time and memory as :attr:`agent` reports them, and signals
     sent to it through the agent."""
 
-    agent: AgentClient
     own_job_dir = True
+
+    def __init__(self, agent: AgentClient):
+        self.agent = agent
+        self._noting = threading.Lock()
+        self._noted = False  # the log says why there is no exit code
+
+    def final_code(self) -> int:
+        """The exit code the agent reported, else :data:`EXIT_LOST` once the process's log
+        says why (:meth:`why_lost`): whichever thread asks first writes it, every other
+        waits for it, since the job's failure reads the log's tail right after."""
+        with self._noting:
+            if self.agent.exit_code is None and not self._noted:
+                self._noted = True
+                self.note_lost()
+        return self.agent.outcome()
+
+    def note_lost(self) -> None:
+        """Say in the process's log why it ended without an exit code."""
 
     @property
     def pid(self) -> int:  # type: ignore[override]

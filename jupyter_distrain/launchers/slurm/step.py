@@ -304,33 +304,27 @@ class SlurmProcess(AgentProcess):
         self.step = step
         self.index = index
         self.host = host
-        commands = TaskCommands(step, index)
-        self.agent = AgentClient(commands, step.reports[index], request)  # type: ignore[arg-type]
-        self._noted = False  # the log says the task was lost
+        super().__init__(AgentClient(TaskCommands(step, index), step.reports[index], request))  # type: ignore[arg-type]
 
-    def _code(self) -> int:
-        if self.agent.exit_code is None and not self._noted:
-            self._noted = True
-            said = self.step.silent.get(self.index) or "; ".join(s for s in self.step.said if s)
-            said = said or self.agent.said("no exit code")
-            with contextlib.suppress(Exception):  # Slurm's word, where it has one
-                said = "; ".join(filter(None, [self.step.explain(), said]))
-            out = self.step.logs.get(self.index)
-            if out is not None:
-                with contextlib.suppress(OSError, ValueError):
-                    out.write(
-                        f"\njupyter_distrain: lost task {self.index} on {self.host}: ".encode()
-                    )
-                    out.write(f"{said}\n".encode())
-        return self.agent.outcome()
+    def note_lost(self) -> None:
+        """What the step said of the task, and Slurm of the job."""
+        said = self.step.silent.get(self.index) or "; ".join(s for s in self.step.said if s)
+        said = said or self.agent.said("no exit code")
+        with contextlib.suppress(Exception):  # Slurm's word, where it has one
+            said = "; ".join(filter(None, [self.step.explain(), said]))
+        out = self.step.logs.get(self.index)
+        if out is not None:
+            with contextlib.suppress(OSError, ValueError):
+                out.write(f"\njupyter_distrain: lost task {self.index} on {self.host}: ".encode())
+                out.write(f"{said}\n".encode())
 
     def wait(self) -> int:
         while not self.agent.wait_ended(60.0):
             pass
-        return self._code()
+        return self.final_code()
 
     def poll(self) -> int | None:
-        return self._code() if self.agent.ended() else None
+        return self.final_code() if self.agent.ended() else None
 
     def hang_up(self) -> None:
         self.agent.hang_up()

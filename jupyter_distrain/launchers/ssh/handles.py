@@ -27,20 +27,14 @@ class SshProcess(AgentProcess):
         self.popen = popen
         self.host = host
         self.log_path = log_path
-        self.agent = AgentClient(popen.stdin, popen.stderr, request, payload)
-        self._noted = False  # the log says the connection was lost
+        super().__init__(AgentClient(popen.stdin, popen.stderr, request, payload))
 
     def _code(self) -> int:
         self.agent.wait_ended(HANG_UP_SECONDS)
-        if self.agent.exit_code is None:
-            self._note_lost()
-        return self.agent.outcome()
+        return self.final_code()
 
-    def _note_lost(self) -> None:
-        """Say in the process's log why it ended without an exit code: the connection."""
-        if self._noted:
-            return
-        self._noted = True
+    def note_lost(self) -> None:
+        """The connection is why."""
         said = self.agent.said(f"ssh exited with {self.popen.returncode}")
         with open(self.log_path, "a") as log_file:
             log_file.write(f"\njupyter_distrain: lost the connection to host {self.host}: {said}\n")
