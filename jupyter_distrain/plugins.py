@@ -25,7 +25,7 @@ from .contract.spec import JobSpec, SpecError
 
 if TYPE_CHECKING:
     from .backends.base import Backend
-    from .launchers.base import Launcher, LauncherOption
+    from .launchers.base import LauncherKind, LauncherOption
 
 log = logging.getLogger(__name__)
 
@@ -58,15 +58,20 @@ def load_plugin(group: str, name: str) -> type:
     raise ValueError(f"unknown {what} {name!r}; available: {', '.join(plugin_names(group))}")
 
 
+def launcher_kind(name: str) -> type[LauncherKind]:
+    """The submit-time part of launcher ``name`` (its runtime class's :attr:`kind`)."""
+    return load_plugin(LAUNCHERS, name).kind
+
+
 @functools.cache
 def launcher_options() -> dict[str, list[tuple[str, LauncherOption]]]:
-    """Every option the launchers declare (``Launcher.declared_options``), by option
+    """Every option the launchers declare (``LauncherKind.declared_options``), by option
     name, with each launcher declaring it (in entry-point order); launchers sharing a name
     share its flag. A launcher that cannot be imported is left out (logged)."""
     options: dict[str, list[tuple[str, LauncherOption]]] = {}
     for name in plugin_names(LAUNCHERS):
         try:
-            launcher = load_plugin(LAUNCHERS, name)
+            launcher = launcher_kind(name)
         except Exception as exc:  # a broken plugin must not take the others' jobs down
             log.warning("launcher %s left out: it cannot be imported (%s)", name, exc)
             continue
@@ -105,7 +110,7 @@ def check_launcher_options(spec: JobSpec) -> JobSpec:
     return dataclasses.replace(spec, launcher_options=kept)
 
 
-def check_support(backend: Backend, launcher: type[Launcher]) -> None:
+def check_support(backend: Backend, launcher: type[LauncherKind]) -> None:
     """Raise :class:`SpecError` (one line) when the job needs of its launcher what the
     launcher does not give: the backend's needs met with the launcher's capabilities, the
     one place either is asked."""

@@ -100,7 +100,7 @@ def test_the_ssh_and_ray_options_are_carried_as_the_launchers_own(monkeypatch):
     ssh, ray = submitted
     assert ssh.launcher_options == {"hosts": "h1:2", "ssh_port": 2222, "ssh_accept_new_hosts": True}
     assert ray.launcher_options == {"ray_address": "10.0.0.1:6379"}
-    given = SshLauncher.option_values(ssh)
+    given = SshLauncher.kind.option_values(ssh)
     assert (given["ssh_port"], given["ssh_user"], given["remote_python"]) == (2222, "", "")
     # the Python API's keywords, as before the options moved
     spec = JobSpec(code="", launcher="ssh", hosts="h1:2", ssh_port=2222, ssh_user="")

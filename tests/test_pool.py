@@ -578,7 +578,7 @@ def test_a_claim_that_cannot_enter_the_jobs_namespace_turns_the_pool_off(jobs_ro
         assert (directory / "keeper.log").read_text().count("the pool is off") == 1
     assert client.ensure("tensorflow", dict(os.environ)) is None
     spec = JobSpec(code="pass", workers=2, backend="tf")
-    assert LocalLauncher.choose_pool(spec, {"JUPYTER_DISTRAIN_POOL": "1"}).pool_socket == ""
+    assert LocalLauncher.kind.choose_pool(spec, {"JUPYTER_DISTRAIN_POOL": "1"}).pool_socket == ""
 
 
 @pytest.mark.root  # edits the installed package, as only its owner (an admin) can

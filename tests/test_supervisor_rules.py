@@ -33,7 +33,7 @@ from jupyter_distrain.contract.stacks import (
     ThreadStack,
 )
 from jupyter_distrain.contract.store import JobDir
-from jupyter_distrain.launchers.base import Launcher
+from jupyter_distrain.launchers.base import Launcher, LauncherKind
 from jupyter_distrain.plugins import LAUNCHERS, load_plugin
 from jupyter_distrain.supervisor import events as ev
 from jupyter_distrain.supervisor import session
@@ -87,8 +87,12 @@ class FakeProcess(LaunchedProcess):
         return self.gpu
 
 
-class FakeLauncher(Launcher):
+class FakeKind(LauncherKind):
     name = "fake"
+
+
+class FakeLauncher(Launcher):
+    kind = FakeKind
     started: list[FakeProcess]
     adopted: list[FakeProcess]
 
@@ -689,7 +693,7 @@ def test_a_second_scale_request_changes_the_size_without_signalling_again(harnes
 
 
 def test_on_hosts_the_user_asked_for_the_open_ports_are_named_once(harness, monkeypatch):
-    monkeypatch.setattr(FakeLauncher, "runs_on_other_hosts", classmethod(lambda cls, spec: True))
+    monkeypatch.setattr(FakeKind, "runs_on_other_hosts", classmethod(lambda cls, spec: True))
     h = harness(isolation_warning="the fake launcher runs the job on other hosts")
     (warning,) = h.state.warnings
     assert warning == (

@@ -20,7 +20,7 @@ from ..contract.cellcheck import check_syntax, defines_tf1_run
 from ..contract.spec import JobSpec, SpecError
 from ..contract.store import JobDir
 from ..frameworks import resolve_keras
-from ..plugins import BACKENDS, LAUNCHERS, check_launcher_options, check_support, load_plugin
+from ..plugins import BACKENDS, check_launcher_options, check_support, launcher_kind, load_plugin
 from . import config, retention, standby
 from .follow import follow
 from .job import NEVER_STARTED, Job
@@ -72,7 +72,7 @@ def submit(spec: JobSpec | Checked, namespace: Mapping[str, Any] | None = None) 
     except config.ConfigError as exc:
         raise SpecError(str(exc)) from None
     try:
-        launcher = load_plugin(LAUNCHERS, spec.launcher)
+        launcher = launcher_kind(spec.launcher)
     except ValueError as exc:
         raise SpecError(f"--launcher: {exc}") from None
     backend, reason = resolve_backend(spec)

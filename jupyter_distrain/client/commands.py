@@ -151,10 +151,10 @@ def print_pools(clear: bool) -> None:
     ssh hosts, the Ray clusters' nodes), and the connections launchers keep between jobs
     (``clear``: end their idle processes and let the connections go instead, those
     running jobs use once the jobs end)."""
-    from ..plugins import LAUNCHERS, load_plugin, plugin_names
+    from ..plugins import LAUNCHERS, launcher_kind, plugin_names
     from ..pool import client
 
-    launchers = [load_plugin(LAUNCHERS, name) for name in plugin_names(LAUNCHERS)]
+    launchers = [launcher_kind(name) for name in plugin_names(LAUNCHERS)]
 
     def remote_pools(drain: bool) -> dict[str, Any]:
         return {k: v for cls in launchers for k, v in cls.remote_pools(drain).items()}

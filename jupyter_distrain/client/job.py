@@ -38,7 +38,7 @@ from ..contract.stacks import ANSWER_SECONDS as STACKS_ANSWER_SECONDS
 from ..contract.stacks import NATIVE_SECONDS, StacksReport
 from ..contract.status import JobStatus
 from ..contract.store import JobDir, UnreadableSpec, find_job_dir, list_job_dirs
-from ..plugins import LAUNCHERS, load_plugin
+from ..plugins import launcher_kind
 from ..timing import poll_until
 from .output import LogTail
 
@@ -184,7 +184,7 @@ class Job:
         self.tell(stop_request("user"))
         status = self.status()
         if self.dir.supervisor_alive() is False:  # nobody else will: stop what it recorded
-            load_plugin(LAUNCHERS, self.spec.launcher).stop_lost(status)
+            launcher_kind(self.spec.launcher).stop_lost(status)
         if wait:
             return self._final_status(self.spec.grace + 10).state
         return status.state

@@ -19,7 +19,7 @@ from .process import ProcessId
 
 # What a job may need of the launcher that places it beyond starting processes: a backend
 # says which of these its spec needs (``Backend.needs``), a launcher which it gives
-# (``Launcher.supports``); ``plugins.check_support`` meets the two once, at submit.
+# (``LauncherKind.supports``); ``plugins.check_support`` meets the two once, at submit.
 MPIRUN = "mpirun"  # one mpirun starts every rank (--backend mpi, --controller mpi)
 GPUS = "gpus"  # --gpus: devices assigned to each rank
 ELASTIC = "elastic"  # Horovod elastic's driver and rendezvous server, fed new hosts

@@ -62,8 +62,8 @@ class _JobFields:
     gpu_ids: list[str] = field(default_factory=list)  # the devices to use (default: all)
     pool: bool = True  # take warm processes from a pool where one matches (--no-pool: never)
     pool_socket: str = ""  # the pool chosen at submit ("" none); set by the launcher
-    # the launcher's own options, as it declares them (Launcher.declared_options: ssh's hosts and
-    # ssh_port, Ray's ray_address, ...); only those given, the rest take their defaults
+    # the launcher's own options, as it declares them (LauncherKind.declared_options: ssh's
+    # hosts and ssh_port, Ray's ray_address, ...); only those given, the rest take defaults
     launcher_options: dict[str, Any] = field(default_factory=dict)
     placement: list[dict[str, Any]] = field(default_factory=list)  # set by the launcher
     # an interactive session (--session NAME): the ranks stay up and run later cells too

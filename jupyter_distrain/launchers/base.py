@@ -1,11 +1,13 @@
 """The launcher interface: place slots on hosts; start, signal, measure and reap processes.
 
-A launcher knows nothing about TensorFlow or Horovod: it gets a
-:class:`ProcessSpec` (argv + env) from a backend and runs it with the job's
-cpu/memory limits, its output going to a log file. Every signal, memory
-reading and liveness check the supervisor makes goes through a
-:class:`LaunchedProcess` that a launcher returned, so a remote launcher
-implements them once and the supervisor never touches a pid itself.
+A launcher is two classes: its :class:`LauncherKind`, what it is and checks at submit
+time in the notebook (options, capabilities, capacity, isolation, what it keeps), and
+its :class:`Launcher`, what it does at run time in the supervisor (place, start, adopt,
+sweep, close). It knows nothing about TensorFlow or Horovod: it gets a
+:class:`ProcessSpec` (argv + env) from a backend and runs it with the job's cpu/memory
+limits, its output going to a log file. Every signal, memory reading and liveness
+check the supervisor makes goes through a :class:`LaunchedProcess` that a launcher
+returned, so a remote launcher implements them once.
 """
 
 from __future__ import annotations
@@ -86,8 +88,12 @@ def matching(pattern: str, what: str) -> Callable[[str, Any], None]:
     return check
 
 
-class Launcher(ABC):
-    """Places slots and starts processes. Subclasses register an entry point."""
+class LauncherKind:
+    """The submit-time part of a launcher, never instantiated: its name, the options a
+    spec may set and what it gives a backend (declared), the checks and look-ups made in
+    the notebook before a job exists (capacity, pool, notes, isolation, who reaches its
+    servers, the pools and connections it keeps), and the clean-up of what a lost
+    supervisor held. What it says of a spec holds for the job's whole life."""
 
     name: ClassVar[str]
     # what the job's spec may set for this launcher (JobSpec.launcher_options), and the
@@ -97,14 +103,6 @@ class Launcher(ABC):
     # not, where more than " yet" is to say: plugins.check_support refuses the rest
     supports: ClassVar[frozenset[str]] = CAPABILITIES
     why_not: ClassVar[dict[str, str]] = {}
-
-    def __init__(self, spec: JobSpec, job: JobDir):
-        self.spec = spec
-        self.job = job
-        # this generation of the job, as warm pools tell runs apart (pool/claims.py)
-        self.run_id = f"{job.id}#{secrets.token_hex(4)}"
-        self._progress: Callable[[str], bool] | None = None  # the supervisor's (on_progress)
-        self._warnings: list[str] = []  # until the supervisor takes them (take_warnings)
 
     @classmethod
     def option_values(cls, spec: JobSpec) -> dict[str, Any]:
@@ -178,10 +176,6 @@ class Launcher(ABC):
         calls this one); the default is :meth:`isolate`."""
         return cls.isolate()
 
-    @abstractmethod
-    def place(self, n: int) -> list[Slot]:
-        """Choose where ``n`` processes run."""
-
     @classmethod
     def channel_host(cls, spec: JobSpec) -> str | None:
         """The address the job's processes reach the supervisor's control and metrics
@@ -189,6 +183,39 @@ class Launcher(ABC):
         None: Unix sockets in the job directory (every process runs on this machine,
         or the launcher carries the sockets to its hosts itself)."""
         return None
+
+    @classmethod
+    def stop_lost(cls, status: JobStatus) -> list[int]:
+        """Stop the processes a lost supervisor recorded (each verified by its start
+        time, never by a bare pid); returns the pids stopped. By default: none."""
+        return []
+
+    @classmethod
+    def release_lost(cls, job: JobDir) -> None:
+        """Release what a lost supervisor of ``job`` held outside this machine (a
+        cluster's allocation); its warden calls this once it has killed what was left
+        here. By default: nothing."""
+
+
+class Launcher(ABC):
+    """The runtime part of a launcher, in the job's supervisor: places slots, starts
+    and adopts processes, sweeps and reaps what they leave, closes what it holds, and
+    passes on its progress and warnings. Subclasses register an entry point and name
+    their :class:`LauncherKind` (:attr:`kind`)."""
+
+    kind: ClassVar[type[LauncherKind]] = LauncherKind
+
+    def __init__(self, spec: JobSpec, job: JobDir):
+        self.spec = spec
+        self.job = job
+        # this generation of the job, as warm pools tell runs apart (pool/claims.py)
+        self.run_id = f"{job.id}#{secrets.token_hex(4)}"
+        self._progress: Callable[[str], bool] | None = None  # the supervisor's (on_progress)
+        self._warnings: list[str] = []  # until the supervisor takes them (take_warnings)
+
+    @abstractmethod
+    def place(self, n: int) -> list[Slot]:
+        """Choose where ``n`` processes run."""
 
     def driver_address(self) -> str:
         """The address workers reach the supervisor's services on."""
@@ -215,18 +242,6 @@ class Launcher(ABC):
     def adopt(self, pid: int, host: str) -> LaunchedProcess | None:
         """A handle on a process that one of ours started (an MPI rank), by its pid;
         None when it is already gone."""
-
-    @classmethod
-    def stop_lost(cls, status: JobStatus) -> list[int]:
-        """Stop the processes a lost supervisor recorded (each verified by its start
-        time, never by a bare pid); returns the pids stopped. By default: none."""
-        return []
-
-    @classmethod
-    def release_lost(cls, job: JobDir) -> None:
-        """Release what a lost supervisor of ``job`` held outside this machine (a
-        cluster's allocation); its warden calls this once it has killed what was left
-        here. By default: nothing."""
 
     def sweep(self) -> None:  # noqa: B027
         """Kill whatever the job's processes left behind (grandchildren that escaped

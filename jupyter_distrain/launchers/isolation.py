@@ -28,10 +28,10 @@ Design decision
   starts: a forked child makes the namespaces, brings loopback up and connects to it;
   only then does the supervisor make its own; a half-made namespace fails the job in
   one line. Where namespaces are refused the job runs with a warning naming every port
-  of its plan and who reaches it (`Launcher.reachable_by`), unless a server of it runs
+  of its plan and who reaches it (`LauncherKind.reachable_by`), unless a server of it runs
   what it is sent (`Backend.needs_isolation`: Horovod elastic's rendezvous, TensorFlow's
   gRPC servers), which is refused unless the user asked for other hosts
-  (`Launcher.runs_on_other_hosts`: ssh, Slurm, a Ray cluster; Horovod elastic is
+  (`LauncherKind.runs_on_other_hosts`: ssh, Slurm, a Ray cluster; Horovod elastic is
   refused there too). A pooled process joins the job's user namespace, then its network
   namespace, then drops the capabilities joining gave it (`pool/idle.enter_network`).
   The supervisor raises its open-files soft limit to the hard limit (its children

@@ -41,7 +41,7 @@ from ..processes import (
     signal_tree,
 )
 from . import gpus
-from .base import Launcher
+from .base import Launcher, LauncherKind
 from .handles import AdoptedProcess, LocalProcess, PooledProcess
 from .isolation import private_network
 from .limits import CpuQuota, cpu_set, thread_env
@@ -63,25 +63,11 @@ class _Launch:
     log_path: Path
 
 
-class LocalLauncher(Launcher):
-    """Runs every process on this machine, with CPU affinity/quota from ``--cpu``.
-
-    The supervisor becomes a child subreaper, so orphans of the job's processes
-    (ranks whose mpirun died, a grandchild that ``setsid``s) become its children:
-    :meth:`sweep` kills them and :meth:`reap` collects them.
-    """
+class LocalKind(LauncherKind):
+    """What the local launcher is and checks at submit: this machine's capacity, its warm
+    pool, its isolation, the processes a lost supervisor left."""
 
     name = "local"
-
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self._quotas: list[CpuQuota] = []
-        self._gpus = gpus.GpuAllocator(self.spec)
-        self._started: set[int] = set()
-        self._pooled_ids: set[ProcessId] = set()  # processes that could come from the pool
-        self._pool_env: dict[str, str] | None = None
-        self._pool_presence: socket.socket | None = None  # open while the job runs
-        become_subreaper()
 
     @classmethod
     def check_capacity(cls, spec: JobSpec, processes: int) -> JobSpec:
@@ -133,6 +119,37 @@ class LocalLauncher(Launcher):
     @classmethod
     def reachable_by(cls, spec: JobSpec) -> str:
         return "other users of this machine (and other hosts, for a server on every interface)"
+
+    @classmethod
+    def stop_lost(cls, status: JobStatus) -> list[int]:
+        stopped = []
+        for row in [*status.processes, *status.helpers]:
+            process = same_process(row.pid, row.create_time)
+            if process is not None:
+                signal_tree(process, signal.SIGKILL)
+                stopped.append(process.pid)
+        return stopped
+
+
+class LocalLauncher(Launcher):
+    """Runs every process on this machine, with CPU affinity/quota from ``--cpu``.
+
+    The supervisor becomes a child subreaper, so orphans of the job's processes
+    (ranks whose mpirun died, a grandchild that ``setsid``s) become its children:
+    :meth:`sweep` kills them and :meth:`reap` collects them.
+    """
+
+    kind = LocalKind
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._quotas: list[CpuQuota] = []
+        self._gpus = gpus.GpuAllocator(self.spec)
+        self._started: set[int] = set()
+        self._pooled_ids: set[ProcessId] = set()  # processes that could come from the pool
+        self._pool_env: dict[str, str] | None = None
+        self._pool_presence: socket.socket | None = None  # open while the job runs
+        become_subreaper()
 
     def place(self, n: int) -> list[Slot]:
         return [
@@ -212,16 +229,6 @@ class LocalLauncher(Launcher):
             return AdoptedProcess(pid)
         except psutil.NoSuchProcess:
             return None
-
-    @classmethod
-    def stop_lost(cls, status: JobStatus) -> list[int]:
-        stopped = []
-        for row in [*status.processes, *status.helpers]:
-            process = same_process(row.pid, row.create_time)
-            if process is not None:
-                signal_tree(process, signal.SIGKILL)
-                stopped.append(process.pid)
-        return stopped
 
     def sweep(self) -> None:
         kill_descendants()

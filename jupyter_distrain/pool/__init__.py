@@ -21,7 +21,7 @@ ahead of time.
 - **Who owns what.** One *keeper* per (interpreter, kind) (`pool/keeper.py`,
   `python -m jupyter_distrain.pool.keeper DIR KIND`), kinds `horovod` (TensorFlow
   + Horovod + Keras imported), `tensorflow` (for the tf and ps backends), `torch` and
-  `jax`. The notebook starts it detached at submit (`LocalLauncher.choose_pool`,
+  `jax`. The notebook starts it detached at submit (`LocalKind.choose_pool`,
   writing the socket into the spec as `pool_socket`); it is not a descendant of any
   supervisor, which would sweep it away as a leftover. It keeps one *zygote* per
   environment (`python -m jupyter_distrain.pool.idle FD KIND --zygote`): the zygote

@@ -95,7 +95,7 @@ from .. import processes
 from ..backends.base import WorkerCommand
 from ..contract.store import JobDir
 from ..launchers.isolation import IsolationFailed
-from ..plugins import LAUNCHERS, load_plugin
+from ..plugins import launcher_kind
 from . import warden
 from .channels import Channels
 from .core import Supervisor
@@ -136,7 +136,7 @@ def supervise(job: JobDir) -> None:
     spec = job.read_spec()
     job.keep_reserve()
     processes.raise_open_files_limit()  # before the channels listen
-    launcher = load_plugin(LAUNCHERS, spec.launcher)
+    launcher = launcher_kind(spec.launcher)
     try:
         warning = launcher.isolate_job(spec)
     except IsolationFailed as exc:  # no process started: the job fails, with why

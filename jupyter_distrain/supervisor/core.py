@@ -183,7 +183,7 @@ class Supervisor:
             number, self.spec, self.job, self.worker, self.inbox.post, self.plugins
         )
         self.gen.launcher.on_progress(self.launch_progress)
-        on_hosts = self.gen.launcher.runs_on_other_hosts(self.spec)
+        on_hosts = self.gen.launcher.kind.runs_on_other_hosts(self.spec)
         unsafe = self.gen.backend.needs_isolation(on_hosts)
         if unsafe and self.isolation_warning:
             self.fail(f"not started: {self.isolation_warning}, and {unsafe}")
@@ -195,7 +195,7 @@ class Supervisor:
             return
         if self.isolation_warning and plan.ports:
             exposed = "; ".join(f"{what} on {_ports(p)}" for what, p in plan.ports.items())
-            reach = self.gen.launcher.reachable_by(self.spec)
+            reach = self.gen.launcher.kind.reachable_by(self.spec)
             text = f"{self.isolation_warning}: reachable by {reach}: {exposed}"
             if text not in self.status.warnings:  # once, not once per generation
                 self.warn(text)

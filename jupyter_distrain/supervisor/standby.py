@@ -1,7 +1,7 @@
 """A supervisor on standby: ``python -m jupyter_distrain.supervisor.standby``, started by a
 kernel between its jobs (``client/standby.py``) with one end of a private socket pair as
 its stdin. It imports the supervisor and every launcher and backend, and what the last
-job's launcher imports later (``Launcher.preload``: Ray), then waits. The
+job's launcher imports later (``LauncherKind.preload``: Ray), then waits. The
 kernel's next job hands it the job directory, the kernel's environment and directory,
 and the job's lock (a descriptor); it answers with its pid and becomes that job's
 supervisor, as a cold ``python -m jupyter_distrain.supervisor`` would, less its
@@ -31,7 +31,7 @@ def _preload(launcher: str) -> None:
             try:
                 plugin = load_plugin(group, name)
                 if group == LAUNCHERS and name == launcher:
-                    plugin.preload()
+                    plugin.kind.preload()
             except Exception:  # noqa: BLE001 - the job that asks for it fails with the reason
                 pass
 

@@ -9,7 +9,7 @@ warden's child; the warden kills them all, and the job's pooled processes (child
 of the pool's keeper, not ours: found by pid and start time in the job's state), marks
 the job failed ("the
 supervisor was lost") with every live row killed, and exits. What the job held
-elsewhere (a Slurm allocation) its launcher releases (``Launcher.release_lost``). It holds no
+elsewhere (a Slurm allocation) its launcher releases (``LauncherKind.release_lost``). It holds no
 socket, no lock and no thread: a few MiB of a freshly started interpreter.
 
 Robustness
@@ -27,7 +27,7 @@ Robustness
   lock, not a pid.
 - **Launching is one process per loop turn**, so a stop, a signal or the
   startup deadline is handled during a launch; requests the machine cannot
-  hold are refused before anything starts (`Launcher.check_capacity`).
+  hold are refused before anything starts (`LauncherKind.check_capacity`).
 - **A full disk**: 256 KiB set aside at start are given back when a write
   finds the disk full, so the final state and events are still written.
 """
@@ -73,10 +73,10 @@ def watch(job: JobDir, supervisor: int) -> int:
 
 def release_lost(job: JobDir) -> None:
     """The launcher's part of the clean-up (a Slurm allocation, say); logged if it fails."""
-    from ..plugins import LAUNCHERS, load_plugin
+    from ..plugins import launcher_kind
 
     try:
-        load_plugin(LAUNCHERS, job.read_spec().launcher).release_lost(job)
+        launcher_kind(job.read_spec().launcher).release_lost(job)
     except Exception:
         log.exception("the launcher could not release what the lost supervisor held")
 

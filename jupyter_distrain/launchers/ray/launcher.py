@@ -16,7 +16,7 @@ agent. The supervisor reads each process's output back into the job's log here
 result, checkpoints), then kills the actors and removes the placement group.
 
 The workers reach the supervisor's control and metrics channels over TCP, on the
-address this machine has towards the cluster only (:meth:`RayLauncher.channel_host`);
+address this machine has towards the cluster only (:meth:`RayKind.channel_host`);
 both channels are signed with the job's secret and refuse replays.
 
 A Ray the job starts for itself (no cluster running) is reachable from this machine
@@ -51,7 +51,7 @@ from ..agent.client import EXIT_LOST, handoff_of, job_files_archive, other_versi
 from ..agent.delivery import PulledStream, result_slots
 from ..agent.host import PROTOCOL, route_source
 from ..agent.pooled import pool_request
-from ..base import Launcher, LauncherOption
+from ..base import Launcher, LauncherKind, LauncherOption
 from ..isolation import private_network
 from ..limits import thread_env
 from ..remote.bring_back import Holder, bring_back
@@ -137,7 +137,7 @@ def preflight(spec: JobSpec, processes: int) -> dict[str, Any]:
     same address in the last :data:`PROBE_KEEP_SECONDS` while that cluster still
     answers; what the supervisor needs: the cluster's address, and the address the
     cluster's nodes reach this machine on."""
-    address = RayLauncher.option_values(spec)["ray_address"]
+    address = RayKind.option_values(spec)["ray_address"]
     python = spec.python or sys.executable
     key = json.dumps([address, os.environ.get("RAY_ADDRESS", ""), python])
     found = recall_probe(key, PROBE_KEEP_SECONDS)
@@ -318,25 +318,15 @@ RAY_OPTIONS = (
 )
 
 
-class RayLauncher(Launcher):
-    """Places every slot of a generation in one placement group (see the module docstring)."""
+class RayKind(LauncherKind):
+    """What the Ray launcher is and checks at submit: its options, the cluster's
+    pre-flight, its isolation (a local Ray in the job's network), the nodes' pools and its
+    channels' address."""
 
     name = "ray"
     declared_options = RAY_OPTIONS
     supports = frozenset()
     why_not = {MPIRUN: " (no mpirun on Ray)"}
-
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        cluster = self.spec.placement[0] if self.spec.placement else {}
-        self.address: str = cluster.get("address", self.option_values(self.spec)["ray_address"])
-        self.driver: str = cluster.get("driver", LOOPBACK)
-        self.local_root: Path | None = None  # the sessions of the Ray this job started
-        self.group: Any = None
-        self.actors: list[SlotActor] = []
-        self._result_slots: set[int] = set()  # rank 0's: the result comes from it
-        self._handoff: dict[str, str] = {}  # what every process is handed (read at place)
-        self._pools_remembered = False
 
     @classmethod
     def preload(cls) -> None:
@@ -344,7 +334,6 @@ class RayLauncher(Launcher):
         a driver that much sooner."""
         import_ray()
 
-    # --- at submit -------------------------------------------------------------------
     @classmethod
     def check_capacity(cls, spec: JobSpec, processes: int) -> JobSpec:
         return dataclasses.replace(spec, placement=[preflight(spec, processes)])
@@ -389,6 +378,27 @@ class RayLauncher(Launcher):
         cluster = spec.placement[0] if spec.placement else {}
         return cluster.get("driver", LOOPBACK)
 
+
+class RayLauncher(Launcher):
+    """Places every slot of a generation in one placement group (see the module docstring)."""
+
+    kind = RayKind
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        cluster = self.spec.placement[0] if self.spec.placement else {}
+        self.address: str = cluster.get(
+            "address", self.kind.option_values(self.spec)["ray_address"]
+        )
+        self.driver: str = cluster.get("driver", LOOPBACK)
+        self.local_root: Path | None = None  # the sessions of the Ray this job started
+        self.group: Any = None
+        self.actors: list[SlotActor] = []
+        self._result_slots: set[int] = set()  # rank 0's: the result comes from it
+        self._handoff: dict[str, str] = {}  # what every process is handed (read at place)
+        self._pools_remembered = False
+
+    # --- at submit -------------------------------------------------------------------
     # --- placing ---------------------------------------------------------------------
     def place(self, n: int) -> list[Slot]:
         ray = import_ray()  # the supervisor's first

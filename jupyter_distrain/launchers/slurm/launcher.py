@@ -17,7 +17,7 @@ is hung up on. Each process's output comes back through srun into its log here, 
 
 The workers reach the supervisor's control and metrics channels over TCP, on the
 address this machine has towards the partition's nodes only
-(:meth:`SlurmLauncher.channel_host`); both are signed with the job's secret, which
+(:meth:`SlurmKind.channel_host`); both are signed with the job's secret, which
 each process is handed in memory (never in a file on a node).
 
 At the end (stop, interrupt, a failed task, the job's end) every agent is hung up on,
@@ -58,7 +58,7 @@ from ..agent.client import (
 )
 from ..agent.delivery import PulledStream, result_slots
 from ..agent.host import PROTOCOL
-from ..base import Launcher, LauncherOption, in_range, matching
+from ..base import Launcher, LauncherKind, LauncherOption, in_range, matching
 from ..limits import thread_env
 from ..remote.bring_back import Holder, bring_back
 from .cluster import (
@@ -158,29 +158,16 @@ SLURM_OPTIONS = (
 )
 
 
-class SlurmLauncher(Launcher):
-    """Runs each generation as one step of a Slurm allocation (see the module docstring)."""
+class SlurmKind(LauncherKind):
+    """What the Slurm launcher is and checks at submit: its options and capabilities, the
+    cluster's pre-flight, its channels' address, and the allocation a lost supervisor
+    held."""
 
     name = "slurm"
     declared_options = SLURM_OPTIONS
     supports = frozenset({GPUS})
     why_not = {MPIRUN: " yet (use Gloo)"}
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self.options = self.option_values(self.spec)
-        self.cluster: dict[str, Any] = self.spec.placement[0] if self.spec.placement else {}
-        self.allocation: Allocation | None = None
-        self.step: Step | None = None
-        self.slots: list[Slot] = []
-        self.hostnames: list[str] = []
-        self.directories: list[str] = []  # each task's, on its node
-        self._free_ports: dict[str, list[int]] = {}
-        self._processes: list[SlurmProcess] = []
-        self._result_slots: set[int] = set()
-        self._handoff: dict[str, str] = {}
-
-    # --- at submit -----------------------------------------------------------------------
     @classmethod
     def check_capacity(cls, spec: JobSpec, processes: int) -> JobSpec:
         found = preflight(spec, cls.option_values(spec), processes)
@@ -222,8 +209,29 @@ class SlurmLauncher(Launcher):
         with contextlib.suppress(SlurmError):
             slurm("scancel", *mine)
 
+
+class SlurmLauncher(Launcher):
+    """Runs each generation as one step of a Slurm allocation (see the module docstring)."""
+
+    kind = SlurmKind
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.options = self.kind.option_values(self.spec)
+        self.cluster: dict[str, Any] = self.spec.placement[0] if self.spec.placement else {}
+        self.allocation: Allocation | None = None
+        self.step: Step | None = None
+        self.slots: list[Slot] = []
+        self.hostnames: list[str] = []
+        self.directories: list[str] = []  # each task's, on its node
+        self._free_ports: dict[str, list[int]] = {}
+        self._processes: list[SlurmProcess] = []
+        self._result_slots: set[int] = set()
+        self._handoff: dict[str, str] = {}
+
+    # --- at submit -----------------------------------------------------------------------
     def driver_address(self) -> str:
-        return self.channel_host(self.spec) or "127.0.0.1"
+        return self.kind.channel_host(self.spec) or "127.0.0.1"
 
     # --- placing ---------------------------------------------------------------------------
     def place(self, n: int) -> list[Slot]:

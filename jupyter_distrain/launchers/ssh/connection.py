@@ -53,7 +53,7 @@ class SshOptions:
 
     @classmethod
     def of(cls, given: Mapping[str, Any], python: str) -> SshOptions:
-        """From the ssh launcher's option values (``SshLauncher.option_values``); ``python``
+        """From the ssh launcher's option values (``SshKind.option_values``); ``python``
         is the interpreter on the hosts where ``--remote-python`` is not given."""
         return cls(
             given["ssh_port"],

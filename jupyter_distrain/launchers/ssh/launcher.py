@@ -34,7 +34,7 @@ from ...contract.spec import JobSpec, SpecError
 from ..agent.client import HANG_UP_SECONDS
 from ..agent.delivery import result_slots
 from ..agent.pooled import pool_request
-from ..base import Launcher, LauncherOption, in_range, matching
+from ..base import Launcher, LauncherKind, LauncherOption, in_range, matching
 from ..limits import thread_env
 from ..remote.bring_back import bring_back
 from .bring_back import holder
@@ -103,8 +103,10 @@ SSH_OPTIONS = (
 )
 
 
-class SshLauncher(Launcher):
-    """Places slots on ``--hosts`` in order, filling each host's slots first."""
+class SshKind(LauncherKind):
+    """What the ssh launcher is and checks at submit: its options and capabilities, the
+    hosts' pre-flight, its isolation (none: the user asked for hosts), the hosts' pools
+    and the connections it keeps."""
 
     name = "ssh"
     declared_options = SSH_OPTIONS
@@ -113,28 +115,6 @@ class SshLauncher(Launcher):
         ELASTIC: " yet: its rendezvous server would take (and unpickle) requests from any "
         "host on the network"
     }
-
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        given = SshOptions.of(self.option_values(self.spec), self.spec.python or sys.executable)
-        self.options = kept(given)
-        self._control_dir = ""  # the job's own masters' (none kept)
-        if not self.options.keep:
-            self._control_dir = _control_dir()
-            self.options = dataclasses.replace(
-                given, control_path=f"{self._control_dir}/%C" if self._control_dir else ""
-            )
-        self.hosts = [
-            RemoteHost(**h) for h in self.spec.placement if h["name"] not in self.spec.left_out
-        ]
-        self._files = Carrier(self.job, self.options, self._host)
-        self._lanes = Lanes(self.options, self.spec.timeout)  # the connections to each host
-        self._processes: list[SshProcess] = []  # every session: processes and guards
-        self._guards: dict[str, SshProcess] = {}  # by host name: for mpirun's ranks
-        self._mpirun: LaunchedProcess | None = None
-        self._starts = 0
-        self._result_hosts: set[str] = set()  # the host of rank 0: the result comes from it
-        self._pooled_hosts: set[str] = set()  # hosts asked for warm processes
 
     @classmethod
     def check_capacity(cls, spec: JobSpec, processes: int) -> JobSpec:
@@ -178,6 +158,36 @@ class SshLauncher(Launcher):
     @classmethod
     def retire_kept(cls) -> list[str]:
         return close_kept()
+
+
+class SshLauncher(Launcher):
+    """Places slots on ``--hosts`` in order, filling each host's slots first."""
+
+    kind = SshKind
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        given = SshOptions.of(
+            self.kind.option_values(self.spec), self.spec.python or sys.executable
+        )
+        self.options = kept(given)
+        self._control_dir = ""  # the job's own masters' (none kept)
+        if not self.options.keep:
+            self._control_dir = _control_dir()
+            self.options = dataclasses.replace(
+                given, control_path=f"{self._control_dir}/%C" if self._control_dir else ""
+            )
+        self.hosts = [
+            RemoteHost(**h) for h in self.spec.placement if h["name"] not in self.spec.left_out
+        ]
+        self._files = Carrier(self.job, self.options, self._host)
+        self._lanes = Lanes(self.options, self.spec.timeout)  # the connections to each host
+        self._processes: list[SshProcess] = []  # every session: processes and guards
+        self._guards: dict[str, SshProcess] = {}  # by host name: for mpirun's ranks
+        self._mpirun: LaunchedProcess | None = None
+        self._starts = 0
+        self._result_hosts: set[str] = set()  # the host of rank 0: the result comes from it
+        self._pooled_hosts: set[str] = set()  # hosts asked for warm processes
 
     def _host(self, name: str) -> RemoteHost:
         for host in self.hosts:
