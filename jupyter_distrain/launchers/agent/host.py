@@ -145,6 +145,20 @@ def free_ports(address: str, count: int) -> list[int]:
             sock.close()
 
 
+def describe(address: str, ports: int = 0) -> dict[str, Any]:
+    """This host as a Slurm task or a Ray slot tells its launcher: the address the job
+    uses here, the interface holding it, the host's name, this package's version and the
+    agent's protocol (the launcher refuses another), and ``ports`` free ports there."""
+    return {
+        "address": address,
+        "iface": interface_of(address) or "lo",
+        "hostname": socket.gethostname(),
+        "version": __version__,
+        "protocol": PROTOCOL,
+        "ports": free_ports(address, ports) if ports else [],
+    }
+
+
 def preflight(backend: str, interface: str, ports: int) -> dict[str, Any]:
     """What the launcher needs to know about this host (see the module docstring)."""
     from ...plugins import BACKENDS, load_plugin

@@ -19,7 +19,6 @@ log file here that the supervisor reads back piece by piece (:meth:`SlotAgent.pu
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
 import sys
 import tempfile
@@ -28,7 +27,6 @@ from typing import Any
 
 from ... import processes
 from ...contract.process import Env
-from ...version import __version__
 from ..agent import host as agent_host
 from ..agent.client import HANG_UP_SECONDS, AgentClient
 
@@ -91,14 +89,7 @@ class SlotAgent:
         the version of this package and of the agent's protocol there."""
         import ray
 
-        address = ray.util.get_node_ip_address()
-        return {
-            "address": address,
-            "iface": agent_host.interface_of(address) or "lo",
-            "hostname": socket.gethostname(),
-            "version": __version__,
-            "protocol": agent_host.PROTOCOL,
-        }
+        return agent_host.describe(ray.util.get_node_ip_address())
 
     def unpack(self, data: bytes) -> str:
         """Make the slot's private directory and extract the job's files (a tar) in it."""

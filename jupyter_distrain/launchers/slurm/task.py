@@ -39,7 +39,6 @@ import contextlib
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -47,7 +46,6 @@ from pathlib import Path
 from typing import IO
 
 from ... import processes
-from ...version import __version__
 from ..agent import host as agent_host
 
 ALL = "*"
@@ -106,21 +104,9 @@ class Task:
         self.owner = ""  # the notebook whose job this is (:data:`SWEEP`)
 
     def describe(self, driver: str, ports: int) -> None:
-        address = agent_host.route_source(driver)
-        agent_host.report(
-            **{
-                DESCRIBE: {
-                    "task": self.index,
-                    "hostname": socket.gethostname(),
-                    "directory": str(self.directory),
-                    "address": address,
-                    "iface": agent_host.interface_of(address) or "lo",
-                    "ports": agent_host.free_ports(address, ports),
-                    "version": __version__,
-                    "protocol": agent_host.PROTOCOL,
-                }
-            }
-        )
+        here = agent_host.describe(agent_host.route_source(driver), ports)
+        here.update(task=self.index, directory=str(self.directory))
+        agent_host.report(**{DESCRIBE: here})
 
     def handle(self, kind: str, payload: bytes) -> None:
         """One command for this task."""
