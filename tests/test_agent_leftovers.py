@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from jupyter_distrain.launchers.agent.host import JOBS_ROOT, OWNER
+from jupyter_distrain.launchers.agent.files import JOBS_ROOT, OWNER
 
 
 def _host_dir(home: Path, job: str, owner: str | None, hostname: str = "") -> Path:
@@ -79,7 +79,7 @@ def test_unpack_takes_files_and_folders_and_refuses_links_whatever_the_python(
     tmp_path, monkeypatch, filters
 ):
     # Debian 12's Python 3.11.2 has no extractall(filter=...): every host job failed there
-    from jupyter_distrain.launchers.agent.host import unpack
+    from jupyter_distrain.launchers.agent.files import unpack
 
     if not filters:
         monkeypatch.delattr(tarfile, "data_filter", raising=False)

@@ -22,7 +22,7 @@ from conftest import fault_row
 
 from jupyter_distrain.contract.launch import ProcessSpec, Slot
 from jupyter_distrain.contract.process import Env, Mode, ProcessId
-from jupyter_distrain.launchers.agent import host
+from jupyter_distrain.launchers.agent import files
 from jupyter_distrain.launchers.agent.delivery import (
     Delivery,
     Limits,
@@ -123,7 +123,7 @@ def test_the_result_and_checkpoints_a_host_packs_are_stored_private(job, tmp_pat
     with socket.socket(socket.AF_UNIX) as sock:
         sock.bind(str(produced / "control.sock"))
         packed = io.BytesIO()
-        host.pack(produced, packed)
+        files.pack(produced, packed)
     sent = ["result.pkl", "checkpoints", "checkpoints/keras-backup"]
     sent.append("checkpoints/keras-backup/chief.index")
     with tarfile.open(fileobj=io.BytesIO(packed.getvalue())) as tar:

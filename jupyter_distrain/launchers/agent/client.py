@@ -31,7 +31,8 @@ from ...contract.control import CONTROL_FILE, ControlInfo
 from ...contract.handoff import Handoff
 from ...contract.launch import LaunchedProcess
 from ...version import __version__
-from .host import CARRIED, COPIED, FILE, HANDED, KILL, MARK, PING, PROTOCOL, SIGNAL
+from .files import CARRIED, COPIED, HANDED
+from .host import FILE, KILL, MARK, PING, PROTOCOL, SIGNAL
 
 log = logging.getLogger(__name__)
 
@@ -79,8 +80,8 @@ def live_job_ids(root: Path) -> list[str]:
 
 
 def job_files_archive(job_path: Path, in_memory: bool = False) -> bytes:
-    """A tar of the job's files a host needs (:data:`~.host.COPIED`) and what a restarted
-    job carries back to its hosts (:data:`~.host.CARRIED`). ``in_memory``: the secret
+    """A tar of the job's files a host needs (:data:`~.files.COPIED`) and what a restarted
+    job carries back to its hosts (:data:`~.files.CARRIED`). ``in_memory``: the secret
     and the pushed values are handed to each process instead (:mod:`...contract.handoff`)
     and stay out, and so do the values of ``--env`` in ``spec.json`` (each process gets
     them in its environment)."""

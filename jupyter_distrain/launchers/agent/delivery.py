@@ -1,6 +1,6 @@
 """What the hosts of a job send back at its end, and what of it the notebook side keeps.
 
-Each host's agent streams a tar of what the job produced there (:func:`.host.pack`,
+Each host's agent streams a tar of what the job produced there (:func:`.files.pack`,
 its ``send`` command). Whatever the host's Python or :mod:`tarfile` does, the notebook
 side decides what it accepts: it never lets :mod:`tarfile` extract anything, but reads
 the members one by one as they arrive and writes, itself, only what it accepts from
@@ -46,7 +46,7 @@ from typing import IO
 
 from ...contract.launch import ProcessSpec, Slot
 from ...contract.process import Env
-from .host import CHECKPOINTS, RESULT
+from .files import CHECKPOINTS, RESULT
 
 log = logging.getLogger(__name__)
 

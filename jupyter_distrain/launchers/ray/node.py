@@ -27,6 +27,7 @@ from typing import Any
 
 from ... import processes
 from ...contract.process import Env
+from ..agent import files as agent_files
 from ..agent import host as agent_host
 from ..agent.client import HANG_UP_SECONDS, AgentClient
 
@@ -93,8 +94,8 @@ class SlotAgent:
 
     def unpack(self, data: bytes) -> str:
         """Make the slot's private directory and extract the job's files (a tar) in it."""
-        agent_host.make_private_dir(self.directory.parent.parent)
-        agent_host.unpack(self.directory, data)
+        agent_files.make_private_dir(self.directory.parent.parent)
+        agent_files.unpack(self.directory, data)
         return str(self.directory)
 
     def free_ports(self, address: str, count: int) -> list[int]:
@@ -183,4 +184,4 @@ class SlotAgent:
 
     def remove(self) -> None:
         """Remove the slot's directory (and the job's, once no slot is left in it)."""
-        agent_host.remove(self.directory)
+        agent_files.remove(self.directory)

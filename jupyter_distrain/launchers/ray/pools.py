@@ -57,7 +57,7 @@ def cluster_pools(drain: bool = False, root: Path | None = None) -> dict[str, An
 
 def _pools_here(drain: bool) -> list[dict[str, Any]]:
     """On a node: its pools, as the host agent's ``pools`` lists them."""
-    from jupyter_distrain.launchers.agent.host import JOBS_ROOT
+    from jupyter_distrain.launchers.agent.files import JOBS_ROOT
     from jupyter_distrain.launchers.agent.pooled import pools
 
     return pools(drain, Path.home() / JOBS_ROOT)

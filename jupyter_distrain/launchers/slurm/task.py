@@ -17,7 +17,7 @@ names whom it is for: ``TARGET KIND [PAYLOAD]``, ``TARGET`` a task's number
   then runs and watches the process exactly as for the ssh and Ray launchers (pid,
   memory, exit code, signals, the whole tree killed when it is hung up on);
 - ``hangup``: close the agent's stdin (it kills what is left of its process tree);
-- ``send``: the directory's results (:func:`..agent.host.pack`) as marked lines;
+- ``send``: the directory's results (:func:`..agent.files.pack`) as marked lines;
 - ``remove``: remove the directory.
 
 What this program says goes to stderr as the agent's marked lines (:func:`..agent.host.report`):
@@ -46,6 +46,7 @@ from pathlib import Path
 from typing import IO
 
 from ... import processes
+from ..agent import files as agent_files
 from ..agent import host as agent_host
 
 ALL = "*"
@@ -115,8 +116,8 @@ class Task:
             self.owner = str(claims["notebook"])
             self.sweep({str(job) for job in claims["live"]})
         elif kind == FILES:
-            agent_host.make_private_dir(self.directory.parent.parent)
-            agent_host.unpack(self.directory, base64.b64decode(payload), self.owner)
+            agent_files.make_private_dir(self.directory.parent.parent)
+            agent_files.unpack(self.directory, base64.b64decode(payload), self.owner)
         elif kind == AGENT:
             self._to_agent(payload)
         elif kind == HANG_UP:
@@ -126,13 +127,13 @@ class Task:
             self.hang_up()
             chunks = Chunks()
             try:
-                agent_host.pack(self.directory, chunks)  # type: ignore[arg-type]
+                agent_files.pack(self.directory, chunks)  # type: ignore[arg-type]
                 chunks.flush()
                 agent_host.report(**{SENT: ""})
             except OSError as exc:
                 agent_host.report(**{SENT: f"{type(exc).__name__}: {exc}"})
         elif kind == REMOVE:
-            agent_host.remove(self.directory)
+            agent_files.remove(self.directory)
 
     def sweep(self, live: set[str]) -> None:
         """Remove the task directories this task's notebook left here for jobs not in
@@ -150,9 +151,9 @@ class Task:
                 continue
             with contextlib.suppress(OSError):
                 for task in sorted(job.iterdir()):
-                    if agent_host.owner_of(task) == self.owner:
+                    if agent_files.owner_of(task) == self.owner:
                         agent_host.kill_job_processes(task)
-                        agent_host.remove(task)
+                        agent_files.remove(task)
 
     def _to_agent(self, line: bytes) -> None:
         if self.agent is None:
@@ -222,7 +223,7 @@ def main(argv: list[str]) -> int:
         task.hang_up()
         processes.kill_descendants()  # a process whose agent Slurm's SIGTERM ended first
         if not task.sent:  # the supervisor is gone before the end: nobody will fetch it
-            agent_host.remove(task.directory)
+            agent_files.remove(task.directory)
         with contextlib.suppress(OSError):
             agent_host.report(**{END: task.index})
     return 0

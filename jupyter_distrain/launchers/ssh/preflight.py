@@ -18,7 +18,8 @@ from typing import Any
 
 from ...contract.spec import JobSpec, SpecError
 from ..agent.client import other_version
-from ..agent.host import JOBS_ROOT, PROTOCOL, socket_name, sockets_dir
+from ..agent.files import JOBS_ROOT, socket_name, sockets_dir
+from ..agent.host import PROTOCOL
 from .connection import RemoteError, SshOptions, agent_answer, on_each
 from .hosts import parse_hosts
 from .kept import kept, recall, remember
