@@ -9,7 +9,8 @@ jupyter_distrain.supervisor.standby``), which the next job is handed to.
 - ``events``: what other threads post to it;
 - ``generation`` / ``table``: the processes of one launch, keyed by ProcessId;
 - ``outcomes``: hello, bye, metrics and exits, and the backend's rules after each exit;
-- ``restarts``: fail or restart from the last checkpoint (``--max-restarts``);
+- ``policy``: what becomes of the job, decided in one place from what the parts report
+  (fail, restart from the last checkpoint, a new generation, stop, succeed);
 - ``scaling``: resize in place or by checkpoint and a new generation;
 - ``session``: an interactive session's cells; ``stacks``: every rank's stacks on request;
 - ``periodic``: the duties the loop ticks (deadlines, memory, stall watch, saving);

@@ -26,7 +26,7 @@ from . import events as ev
 from .generation import Generation
 from .outcomes import ProcessEvents
 from .periodic import WATCHES, Saver, StartupDeadline
-from .restarts import Restarts
+from .policy import Fatal, Policy, Stopped, Succeeded
 from .scaling import Scaling
 from .session import SessionCells
 from .stacks import Stacks
@@ -80,7 +80,7 @@ class Supervisor:
         self.startup = StartupDeadline(self)
         self.stacks = Stacks(self)
         self.session = SessionCells(self)
-        self.restarts = Restarts(self)
+        self.policy = Policy(self)  # what becomes of the job: decided there only
         self.duties = [self.startup, self.stacks, self.session, *(w(self) for w in WATCHES)]
         self.duties.append(Saver(self))  # last: it saves what the others changed
         self._loop_thread = threading.get_ident()
@@ -90,7 +90,7 @@ class Supervisor:
             **self.scaling.handlers(),
             **self.stacks.handlers(),
             **self.session.handlers(),
-            ev.StopRequested: lambda e: self.stop(e.reason),
+            ev.StopRequested: lambda e: self.policy.decide(Stopped(e.reason)),
             ev.StopProcesses: lambda e: self.stop_processes(e.ids),
             ev.StartProcess: lambda e: self.start_process(e.proc),
             ev.BackendDone: lambda e: self.on_backend_done(e.error),
@@ -118,7 +118,7 @@ class Supervisor:
                         duty.tick(now)
         except Exception as exc:
             log.exception("supervisor failed")
-            self.fail(f"{type(exc).__name__}: {exc}")
+            self.policy.decide(Fatal(f"{type(exc).__name__}: {exc}"))
         finally:
             self.shutdown()
 
@@ -186,7 +186,7 @@ class Supervisor:
         on_hosts = self.gen.launcher.kind.runs_on_other_hosts(self.spec)
         unsafe = self.gen.backend.needs_isolation(on_hosts)
         if unsafe and self.isolation_warning:
-            self.fail(f"not started: {self.isolation_warning}, and {unsafe}")
+            self.policy.decide(Fatal(f"not started: {self.isolation_warning}, and {unsafe}"))
             return
         try:
             plan = self.gen.prepare()
@@ -277,15 +277,12 @@ class Supervisor:
         """The backend's own driver (elastic Horovod) says the job has ended."""
         if self.status.done or self.stopping:
             return
-        if error:
-            self.fail(error)
-        else:
-            self.finish("succeeded")
+        self.policy.decide(Fatal(error) if error else Succeeded())
 
     def stop_processes(self, ids: list[ProcessId]) -> None:
         """Stop some processes; the job's outcome then follows the backend's rules."""
         if {e.record.id for e in self.table.live_members()} <= set(ids):
-            self.stop(reason="user")  # nothing would be left running: stop the job as a whole
+            self.policy.decide(Stopped("user"))  # nothing would be left running: the whole job
             return
         self.job.append_event("stop_processes", processes=[str(pid) for pid in ids])
         assert self.gen is not None

@@ -29,6 +29,7 @@ from ..contract.status import ProcessRecord
 from ..contract.tail import last_lines
 from ..timing import Deadline
 from . import events as ev
+from .policy import Failed, Succeeded
 from .table import Entry, record_exit
 
 TAIL_LINES = 20  # of the failing process's log, kept with the job's error
@@ -201,15 +202,13 @@ class ProcessEvents:
             return
         if outcome.state == "failed":
             culprit = outcome.culprit
-            sup.restarts.fail_or_restart(
-                outcome.error or "failed",
-                tail=last_lines(sup.job.log_file(culprit.id), TAIL_LINES) if culprit else "",
-                process=str(culprit.id) if culprit else None,
-            )
+            tail = last_lines(sup.job.log_file(culprit.id), TAIL_LINES) if culprit else ""
+            process = str(culprit.id) if culprit else None
+            sup.policy.decide(Failed(outcome.error or "failed", tail, process))
             return
         if sup.table.live_members():
             sup.job.append_event("finishing", reason=f"{record.id} ended the job")
-        sup.finish("succeeded")
+        sup.policy.decide(Succeeded())
 
 
 def _or(value: Any, default: Any) -> Any:

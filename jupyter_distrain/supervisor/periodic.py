@@ -11,6 +11,7 @@ import time
 from typing import TYPE_CHECKING
 
 from ..timing import Deadline
+from .policy import Failed, Fatal
 from .table import record_exit
 
 if TYPE_CHECKING:
@@ -52,7 +53,8 @@ class StartupDeadline(Periodic):
         sup = self.supervisor
         if sup.status.state == "launching" and self.deadline.expired:
             missing = ", ".join(str(pid) for pid in sup.table.not_up())
-            sup.fail(f"startup timeout: {missing} did not come up within {sup.spec.timeout:g} s")
+            timeout = f"startup timeout: {missing} did not come up within {sup.spec.timeout:g} s"
+            sup.policy.decide(Fatal(timeout))
 
 
 class MemoryWatch(Periodic):
@@ -73,10 +75,8 @@ class MemoryWatch(Periodic):
             record_exit(entry.record, -signal.SIGKILL)
             pid = entry.record.id
             name = f"worker {pid.index}" if pid.role == "worker" else pid.describe()
-            sup.restarts.fail_or_restart(
-                f"{name} exceeded {sup.spec.memory:.1f} GiB (resident {used / 2**30:.2f} GiB)",
-                process=str(pid),
-            )
+            over = f"{name} exceeded {sup.spec.memory:.1f} GiB (resident {used / 2**30:.2f} GiB)"
+            sup.policy.decide(Failed(over, process=str(pid)))
             return
 
 
@@ -117,11 +117,11 @@ class HangWatch(Periodic):
             silent = now - entry.last_heard
             if silent > limit:
                 pid = entry.record.id
-                sup.restarts.fail_or_restart(
+                unheard = (
                     f"{pid.describe()} stopped responding: nothing heard from it for "
-                    f"{silent:.0f} s (--hang-timeout {limit:g})",
-                    process=str(pid),
+                    f"{silent:.0f} s (--hang-timeout {limit:g})"
                 )
+                sup.policy.decide(Failed(unheard, process=str(pid)))
                 return
 
 
@@ -134,7 +134,7 @@ class DiskWatch(Periodic):
     def run(self) -> None:
         sup = self.supervisor
         if sup.job.disk_full:
-            sup.fail(f"disk full: {sup.job.disk_full}; the job was stopped")
+            sup.policy.decide(Fatal(f"disk full: {sup.job.disk_full}; the job was stopped"))
 
 
 class StallWatch(Periodic):

@@ -76,7 +76,7 @@ from ..contract.session import SCALE_REFUSED
 from ..contract.status import ProcessRecord
 from ..timing import Deadline
 from . import events as ev
-from .restarts import next_generation
+from .policy import Fatal, Resized
 
 if TYPE_CHECKING:
     from .core import Supervisor
@@ -136,11 +136,11 @@ class Scaling:
         sup = self.supervisor
         if record.exit_code != CHECKPOINT_EXIT:
             self.done()
-            sup.fail(
+            ended = (
                 f"{record.describe()} ended ({record.ended_text()}) while the job "
-                "checkpointed to scale: not restarting",
-                process=str(record.id),
+                "checkpointed to scale: not restarting"
             )
+            sup.policy.decide(Fatal(ended, process=str(record.id)))
             return
         if self.drain is None:
             self.drain = Deadline(DRAIN_SECONDS)
@@ -156,9 +156,7 @@ class Scaling:
         workers = self.target
         log.info("restarting with %d workers", workers)
         self.done()
-        if workers > sup.spec.workers:  # the user asks for more: every host again
-            sup.spec.left_out = []
-        next_generation(sup, workers)
+        sup.policy.decide(Resized(workers))
 
     def checkpointed(self, code: int) -> bool:
         """Whether an exit with ``code`` is a member's answer to a pending request."""
@@ -228,7 +226,9 @@ class InPlace:
             sup.scaling.in_place = None
         elif self.deadline.expired:
             sup.scaling.in_place = None
-            sup.fail(
-                f"scaling to {self.workers} workers did not complete within "
-                f"{sup.spec.timeout:g} s: stuck in {phase}"
+            sup.policy.decide(
+                Fatal(
+                    f"scaling to {self.workers} workers did not complete within "
+                    f"{sup.spec.timeout:g} s: stuck in {phase}"
+                )
             )

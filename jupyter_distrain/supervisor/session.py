@@ -25,6 +25,7 @@ from ..contract import session as cells
 from ..contract.process import ProcessId
 from ..contract.session import CellState
 from .periodic import Periodic
+from .policy import Fatal, Stopped
 
 if TYPE_CHECKING:
     from ..contract.stacks import StacksReport
@@ -251,12 +252,14 @@ class SessionCells(Periodic):
         if not self.active or sup.status.done or self.failing:
             return
         if self.owner is not None and processes.same_process(*self.owner) is None:
-            sup.stop(f"the kernel that started session {sup.spec.session} ended")
+            sup.policy.decide(Stopped(f"the kernel that started session {sup.spec.session} ended"))
             return
         if sup.status.state == "running" and not self.runners():  # every process is up
-            sup.fail(
-                "no process of this session runs cells (its backend ran the program "
-                "in another mode): run it as a job, without --session"
+            sup.policy.decide(
+                Fatal(
+                    "no process of this session runs cells (its backend ran the program "
+                    "in another mode): run it as a job, without --session"
+                )
             )
             return
         cell = self.cells.get(self.latest)
@@ -271,7 +274,11 @@ class SessionCells(Periodic):
             "the session is ended"
         )
         self.failing = True
-        sup.stacks.request("interrupt", then=lambda report: sup.fail(_with_stacks(text, report)))
+
+        def end_with(report: StacksReport | None) -> None:
+            sup.policy.decide(Fatal(_with_stacks(text, report)))
+
+        sup.stacks.request("interrupt", then=end_with)
 
 
 def _with_stacks(text: str, report: StacksReport | None) -> str:

@@ -1,8 +1,21 @@
-"""Restarts after a failure (``--max-restarts N``, as torchrun's): a rank that fails, a
-process unheard past ``--hang-timeout`` or over ``--memory`` ends the generation, and
-the next one starts at the same size, its program resuming from the job's last
-checkpoint (``checkpoints/``: ``jupyter_distrain.torch.checkpointed``, Keras backups),
-up to N times; then the job fails with the last failure, as without the flag.
+"""A job's fate, decided in one place, as torchelastic's agent keeps its restart policy in
+one loop: every part of the supervisor that sees the job end or go wrong reports it here
+as one :data:`Ending`, and :meth:`Policy.decide` says what becomes of the job; the
+supervisor's verbs (``fail``, ``stop``, ``finish``, ``launch``) carry it out.
+
+- :class:`Failed`: a member failed (the backend's rule after its exit), went unheard past
+  ``--hang-timeout`` or exceeded ``--memory``. With ``--max-restarts N`` (as torchrun's)
+  the generation ends and the next starts at the same size, its program resuming from
+  the job's last checkpoint (``checkpoints/``: ``jupyter_distrain.torch.checkpointed``,
+  Keras backups), up to N times; then, or without the flag, the job fails with it.
+- :class:`Fatal`: what no restart mends (the start past ``--timeout``, a full disk, a
+  scale that could not complete, a server refused without isolation, a session whose
+  processes run no cell, the backend's own driver failing): the job fails.
+- :class:`Resized`: every member checkpointed for a scale: the next generation at the
+  new size.
+- :class:`Stopped`: the user (Stop, interrupt) or a session's kernel gone: the job stops.
+- :class:`Succeeded`: the backend's rule says the job is done: what is left stops after
+  the grace and the job succeeds.
 
 Each restart is a warning the cell, the widget and the store keep ("restart 1 of 3
 after rank 1 failed first (exit code 3); its log keeps the traceback"), an event
@@ -21,6 +34,7 @@ again. Without the flag the job restarts at its size (a host that is back is use
 from __future__ import annotations
 
 import logging
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -30,17 +44,69 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 
-class Restarts:
-    """Counts the restarts a job has had; decides whether a failure is one more, and at
-    what size."""
+@dataclass(frozen=True)
+class Failed:
+    """A member failed in a way a restart may mend."""
+
+    error: str
+    tail: str = ""  # the last lines of the culprit's log
+    process: str | None = None  # the culprit, for the event
+
+
+@dataclass(frozen=True)
+class Fatal:
+    """The job cannot go on."""
+
+    error: str
+    process: str | None = None
+
+
+@dataclass(frozen=True)
+class Resized:
+    """Every member checkpointed for a scale to ``workers``."""
+
+    workers: int
+
+
+@dataclass(frozen=True)
+class Stopped:
+    reason: str
+
+
+@dataclass(frozen=True)
+class Succeeded:
+    pass
+
+
+Ending = Failed | Fatal | Resized | Stopped | Succeeded
+
+
+class Policy:
+    """Decides what an :data:`Ending` makes of the job, and counts its restarts."""
 
     def __init__(self, supervisor: Supervisor):
         self.supervisor = supervisor
 
-    def fail_or_restart(self, error: str, tail: str = "", **event: Any) -> None:
-        """A rank failed with ``error``: restart the job while restarts are left (and it
-        is not being stopped), else fail it as :meth:`Supervisor.fail` does. Hosts the
-        ended generation lost are left out under ``--min-workers`` (see :func:`shrunk`)."""
+    def decide(self, ending: Ending) -> None:
+        sup = self.supervisor
+        match ending:
+            case Failed(error, tail, process):
+                self._restart_or_fail(error, tail, _named(process))
+            case Fatal(error, process):
+                sup.fail(error, **_named(process))
+            case Resized(workers):
+                if workers > sup.spec.workers:  # the user asks for more: every host again
+                    sup.spec.left_out = []
+                next_generation(sup, workers)
+            case Stopped(reason):
+                sup.stop(reason)
+            case Succeeded():
+                sup.finish("succeeded")
+
+    def _restart_or_fail(self, error: str, tail: str, event: dict[str, Any]) -> None:
+        """Restart the job while restarts are left (and it is not being stopped), else
+        fail it. Hosts the ended generation lost are left out under ``--min-workers``
+        (see :func:`shrunk`)."""
         sup = self.supervisor
         limit, done = sup.spec.max_restarts, sup.status.restarts
         if done >= limit or sup.stopping or sup.status.done or sup.gen is None:
@@ -59,6 +125,10 @@ class Restarts:
         if workers != sup.spec.workers:
             sup.spec.left_out = sorted({*sup.spec.left_out, *lost})
         next_generation(sup, workers, reason=error, left_out=sup.spec.left_out)
+
+
+def _named(process: str | None) -> dict[str, Any]:
+    return {"process": process} if process is not None else {}
 
 
 def shrunk(spec: JobSpec, lost: dict[str, int]) -> tuple[int, str]:
