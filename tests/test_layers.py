@@ -242,6 +242,82 @@ def test_no_class_is_longer_than_a_reader_can_hold():
     assert long == []
 
 
+MAX_RUNTIME_METHODS = 15  # a launcher's runtime part (Launcher), its own methods
+FATE = ("fail", "stop", "finish")  # the supervisor's verbs that end a job
+
+
+def _classes(module: str) -> Iterator[ast.ClassDef]:
+    for node in ast.walk(ast.parse(MODULES[module].read_text())):
+        if isinstance(node, ast.ClassDef):
+            yield node
+
+
+def _decorated(node: ast.FunctionDef, name: str) -> bool:
+    return any(isinstance(d, ast.Name) and d.id == name for d in node.decorator_list)
+
+
+def test_a_launchers_runtime_part_is_small_and_its_submit_time_part_apart():
+    """``Launcher`` (what the supervisor runs) holds no class-level checks: those are its
+    ``LauncherKind``'s; each launcher names its kind."""
+    found = {}
+    for module in MODULES:
+        if not module.startswith("jupyter_distrain.launchers"):
+            continue
+        for cls in _classes(module):
+            bases = {b.id for b in cls.bases if isinstance(b, ast.Name)}
+            if "Launcher" in bases or (cls.name == "Launcher" and "ABC" in bases):
+                methods = [n for n in cls.body if isinstance(n, ast.FunctionDef)]
+                assigned = {
+                    t.id
+                    for n in cls.body
+                    if isinstance(n, ast.Assign)
+                    for t in n.targets
+                    if isinstance(t, ast.Name)
+                }
+                found[cls.name] = (
+                    len(methods),
+                    [m.name for m in methods if _decorated(m, "classmethod")],
+                    "kind" in assigned or cls.name == "Launcher",
+                )
+    assert set(found) >= {
+        "Launcher",
+        "LocalLauncher",
+        "SshLauncher",
+        "SlurmLauncher",
+        "RayLauncher",
+    }
+    for name, (_, classmethods, has_kind) in found.items():
+        assert classmethods == [] and has_kind, name
+    assert found["Launcher"][0] <= MAX_RUNTIME_METHODS
+
+
+def _calls_on(module: str, owner: str, names: tuple[str, ...]) -> list[str]:
+    calls = []
+    for node in ast.walk(ast.parse(MODULES[module].read_text())):
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
+            target = node.func.value
+            if node.func.attr in names and isinstance(target, ast.Name) and target.id == owner:
+                calls.append(f"{module}:{node.lineno} {owner}.{node.func.attr}")
+    return calls
+
+
+def test_a_jobs_fate_is_decided_by_the_policy_alone():
+    """Only ``supervisor/policy.py`` ends a job (fail, stop, finish); every other part of
+    the supervisor reports what it saw to it."""
+    elsewhere = [
+        call
+        for module in sorted(MODULES)
+        if module.startswith("jupyter_distrain.supervisor.")
+        and module != "jupyter_distrain.supervisor.policy"
+        for owner in ("sup", "self", "supervisor")
+        for call in _calls_on(module, owner, FATE)
+        # the verbs themselves (core), and what is not the job (a stacks request's end)
+        if not module.endswith((".core", ".stacks", ".channels", ".__init__"))
+    ]
+    assert elsewhere == []
+    assert _calls_on("jupyter_distrain.supervisor.policy", "sup", FATE)  # the rule sees calls
+
+
 def test_the_rules_see_a_circle_and_a_function_level_import():
     """The reader itself: a circle through a function-level import is one."""
     graph = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}
