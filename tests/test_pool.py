@@ -152,7 +152,7 @@ def _lowered(pid: int) -> bool:
 
 
 def test_the_pool_imports_once_and_forks_one_run_ahead_so_reruns_straight_after_are_warm(
-    pool_on,
+    pool_on, monkeypatch
 ):
     held = LIGHT_PROBE + "import time\ntime.sleep(2)\n"
     first = submit(JobSpec(code=held, workers=2, backend=LIGHT))
@@ -175,8 +175,12 @@ def test_the_pool_imports_once_and_forks_one_run_ahead_so_reruns_straight_after_
 
     ahead = poll_until(forked_ahead, 30)
     assert second.wait(timeout=120) == "succeeded"
+    # the kernel gained a variable no library reads at import (Accelerate's
+    # notebook_launcher leaves this one): the pool serves it all the same, without a word
+    monkeypatch.setenv("TORCHELASTIC_SIGNALS_TO_HANDLE", "SIGTERM,SIGINT")
     third = _run(held, LIGHT)  # straight after
     assert sorted(p.pid for p in third.status().processes) == sorted(ahead)
+    assert third.status().warnings == []
     keeper = client.list_pools()[0].keeper
     for job in (second, third):
         rows = job.status().processes
@@ -189,6 +193,13 @@ def test_the_pool_imports_once_and_forks_one_run_ahead_so_reruns_straight_after_
         # forked from one zygote, yet numpy's (and Python's) generators differ
         assert reports[0]["draws"][0] != reports[1]["draws"][0]
         assert reports[0]["draws"][1] != reports[1]["draws"][1]
+    # one torch reads as it is imported: a cold start, and the cell says why, once
+    fourth = _run(held, LIGHT, env={"TORCH_SHOW_CPP_STACKTRACES": "1"})
+    assert [p.pooled for p in fourth.status().processes] == [False, False]
+    assert fourth.status().warnings == [
+        "started cold: the pool's processes were imported with another "
+        "TORCH_SHOW_CPP_STACKTRACES (the pool now imports with this job's)"
+    ]
 
 
 SCALABLE = """\
@@ -487,7 +498,7 @@ def _state(directory: Path) -> dict:
 
 def _want(socket_path: str, count: int) -> None:
     """Ask for ``count`` idle processes imported with this process's environment."""
-    env = kinds.import_env(os.environ)
+    env = dict(os.environ)
     assert client._ask(socket_path, {"op": "want", "count": count, "env": env}) == {"ok": True}
 
 
@@ -496,7 +507,7 @@ def test_a_keeper_that_cannot_write_its_state_keeps_serving(jobs_root):
     directory.mkdir(mode=0o700)
     (directory / "state.json").mkdir()  # every write of the state fails, as on a full disk
     with _keeper(directory) as (keeper, socket_path):
-        want = {"op": "want", "count": 0, "env": {}, "per_job": []}
+        want = {"op": "want", "count": 0, "env": {}}
         assert client._ask(socket_path, want) == {"ok": True}
         time.sleep(1)  # a turn of the loop, which writes the state
         assert keeper.poll() is None
@@ -607,7 +618,7 @@ def test_a_kind_whose_imports_leave_a_thread_running_is_not_pooled(jobs_root, tm
     )
     directory = client.pools_dir(jobs_root, create=True) / "tensorflow-threads"
     with _keeper(directory) as (keeper, socket_path):
-        env = {**kinds.import_env(os.environ), "PYTHONPATH": str(tmp_path)}
+        env = {**os.environ, "PYTHONPATH": str(tmp_path)}
         want = {"op": "want", "count": 2, "env": env}
         assert client._ask(socket_path, want) == {"ok": True}
         assert keeper.wait(120) == 0  # off, and the keeper ends
@@ -644,11 +655,18 @@ def test_every_thread_of_a_pooled_rank_is_in_the_jobs_namespace_and_cpus(pool_on
             assert [net, cpus] == tasks["main"], (tid, tasks)
 
 
-def test_import_environment_ignores_per_job_names_only():
-    env = {"PATH": "/bin", "TF_CPP_MIN_LOG_LEVEL": "2", "X": "1", "HOROVOD_RANK": "0"}
-    per_job = kinds.per_job_names({"X": "1", "TF_CPP_MIN_LOG_LEVEL": "2"})
-    assert per_job == ["X"]  # TF_* is read at import: it must match, not be given later
-    assert kinds.import_env(env, per_job) == {"PATH": "/bin", "TF_CPP_MIN_LOG_LEVEL": "2"}
+def test_the_pools_key_is_what_libraries_read_at_import_and_nothing_set_per_job():
+    kernel = {"PATH": "/bin", "HOME": "/home/a", "TF_CPP_MIN_LOG_LEVEL": "2", "X": "1"}
+    kernel |= {"HOROVOD_RANK": "0", "TORCHELASTIC_SIGNALS_TO_HANDLE": "SIGTERM"}
+    assert kinds.import_env(kernel) == {"HOME": "/home/a", "TF_CPP_MIN_LOG_LEVEL": "2"}
+    later = kernel | {"PATH": "/usr/bin", "X": "2", "TORCHELASTIC_SIGNALS_TO_HANDLE": ""}
+    assert kinds.import_differences(kernel, later) == []  # given at claim time instead
+    assert kinds.import_differences(kernel, kernel | {"OMP_NUM_THREADS": "1"}) == [
+        "OMP_NUM_THREADS"
+    ]
+    assert kinds.import_differences(kernel, kernel | {"CUDA_VISIBLE_DEVICES": "1"}) == []
+    assert "HOROVOD_RANK" not in kinds.without_per_job(kernel)  # what the zygote imports with
+    assert kinds.without_per_job(kernel)["PATH"] == "/bin"
     assert not kinds.enabled({"JUPYTER_DISTRAIN_POOL": "0"})
     assert kinds.enabled({})
 

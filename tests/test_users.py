@@ -300,8 +300,8 @@ import json, sys
 wire.connect(sys.argv[1], 5).close()
 code = "open(%r, 'w').write('ran')" % sys.argv[2]
 request = {"argv": [sys.executable, "-c", code], "env": {}, "cwd": "/tmp", "log": "/tmp/x.log",
-           "cpus": None, "job": "/tmp", "run": "x", "per_job": [], "ahead": False}
-claimed = client.claim(sys.argv[1], request) is not None
+           "cpus": None, "job": "/tmp", "run": "x", "ahead": False}
+claimed = not isinstance(client.claim(sys.argv[1], request), str)  # a str: why not
 try:  # ask it to end its idle processes, as her own %distributed pool --clear does
     drained = client._ask(sys.argv[1], {"op": "drain"})
 except OSError as e:

@@ -161,10 +161,10 @@ class PooledProcess(AdoptedProcess):
         return code
 
     @classmethod
-    def of(cls, claimed: Claimed | None) -> PooledProcess | None:
-        """The handle of what the pool handed over; None when nothing was, or it has
-        ended already (the job starts that process cold)."""
-        if claimed is None:
+    def of(cls, claimed: Claimed | str) -> PooledProcess | None:
+        """The handle of what the pool handed over; None when nothing was (why, as the
+        pool said), or it has ended already (the job starts that process cold)."""
+        if isinstance(claimed, str):
             return None
         process = processes.same_process(claimed.pid, claimed.create_time)
         if process is None:

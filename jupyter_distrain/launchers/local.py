@@ -149,6 +149,7 @@ class LocalLauncher(Launcher):
         self._pooled_ids: set[ProcessId] = set()  # processes that could come from the pool
         self._pool_env: dict[str, str] | None = None
         self._pool_presence: socket.socket | None = None  # open while the job runs
+        self._said_cold: set[str] = set()  # why a claim started cold, said once
         become_subreaper()
 
     def place(self, n: int) -> list[Slot]:
@@ -213,11 +214,19 @@ class LocalLauncher(Launcher):
                 "cpus": sorted(launch.cpus) if launch.cpus else None,
                 "job": str(self.job.path),
                 "run": self.run_id,
-                "per_job": pool_kinds.per_job_names(self.spec.env),
                 "ahead": pool_kinds.plans_ahead(launch.env),
             },
         )
+        if isinstance(claimed, str) and claimed.startswith(pool_kinds.ENV_DIFFERS):
+            self._say_cold(claimed)
         return PooledProcess.of(claimed)
+
+    def _say_cold(self, why: str) -> None:
+        """Once a run: it starts cold because the kernel's or the job's environment
+        changed what its libraries read at import (the pool now makes processes with it)."""
+        if why not in self._said_cold:
+            self._said_cold.add(why)
+            self.warn(f"started cold: {why} (the pool now imports with this job's)")
 
     def adopt(self, pid: int, host: str) -> LaunchedProcess | None:
         """One of mpirun's ranks: only a descendant of a process this launcher started
@@ -243,8 +252,7 @@ class LocalLauncher(Launcher):
     def _want_from_pool(self, count: int) -> None:
         """Ask the job's pool to keep ``count`` processes like this job's ready."""
         if self._pooled_ids and self._pool_env is not None:
-            per_job = pool_kinds.per_job_names(self.spec.env)
-            pool_client.want(self.spec.pool_socket, count, self._pool_env, per_job)
+            pool_client.want(self.spec.pool_socket, count, self._pool_env)
 
     def close(self) -> None:
         for quota in self._quotas:

@@ -17,7 +17,7 @@ from typing import Any
 from ..contract.process import Env
 from ..processes import kill_left_behind, kill_pid_tree, start_time
 from . import wire
-from .kinds import import_env
+from .kinds import ENV_DIFFERS, import_differences
 from .stock import Pooled, Stock, close_fds
 
 log = logging.getLogger("jupyter_distrain.pool")
@@ -56,11 +56,9 @@ class Claims:
         """Why the pool's processes cannot serve this fit claim now ("" if they can)."""
         if self.stock.env is None:
             return "the pool is empty"
-        per_job = set(body.get("per_job") or [])
-        ours = {k: v for k, v in self.stock.env.items() if k not in per_job}
-        differs = sorted(set(import_env(body["env"], per_job).items()) ^ set(ours.items()))
+        differs = import_differences(self.stock.env, body["env"])
         if differs:
-            return f"the environment differs from the pool's ({differs[0][0]})"
+            return f"{ENV_DIFFERS} {', '.join(differs[:3])}" + " ..." * (len(differs) > 3)
         return ""
 
     def _unfit(self, body: dict[str, Any]) -> str:
@@ -102,7 +100,7 @@ class Claims:
         if run != self._run:
             self._run, self._count = run, 0
         self._count += 1
-        self.stock.keep_at_least(body["env"], body.get("per_job") or [], self._count, run)
+        self.stock.keep_at_least(body["env"], self._count, run)
 
     def _serviceable(self, body: dict[str, Any]) -> int:
         """Idle processes a claim may have or wait for: not those its own run's claims

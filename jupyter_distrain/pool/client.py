@@ -158,17 +158,16 @@ def claim(
     request: dict[str, Any],
     output: int | None = None,
     handoff: int | None = None,
-) -> Claimed | None:
+) -> Claimed | str:
     """Ask the pool for a process to run ``request`` (argv, env, cwd, log, cpus, job,
     run), handing over this process's network and user namespaces (and ``output``, a descriptor
     its output goes to instead of a ``log`` file; ``handoff``, the memory file its
-    secret and pushed values are in: ``contract/handoff.py``); None (and why, logged)
-    if none."""
+    secret and pushed values are in: ``contract/handoff.py``); else why it starts cold."""
     try:
         connection = wire.connect(socket_path, CONNECT_SECONDS)
     except OSError as exc:
         log.info("no pool at %s: %s", socket_path, exc)
-        return None
+        return f"no pool answers: {exc}"
     netns = os.open("/proc/self/ns/net", os.O_RDONLY)
     userns = os.open("/proc/self/ns/user", os.O_RDONLY)
     try:
@@ -178,15 +177,16 @@ def claim(
         wire.send(connection, {"op": "claim", **request, **flags}, fds)
         answer, _ = wire.receive(connection)
         if answer is None or "pid" not in answer:
-            log.info("pool: %s", (answer or {}).get("empty", "no answer"))
+            why = str((answer or {}).get("empty", "no answer"))
+            log.info("pool: %s", why)
             connection.close()
-            return None
+            return why
         connection.settimeout(None)
         return Claimed(int(answer["pid"]), float(answer["create_time"]), connection)
     except (OSError, ValueError) as exc:
         log.warning("pool claim failed: %s", exc)
         connection.close()
-        return None
+        return f"the claim failed: {exc}"
     finally:
         os.close(netns)
         os.close(userns)
@@ -211,10 +211,10 @@ def _ask(socket_path: str, body: dict[str, Any]) -> dict[str, Any] | None:
         return answer
 
 
-def want(socket_path: str, count: int, env: dict[str, str], per_job: list[str]) -> None:
-    """Ask the pool to keep ``count`` idle processes, imported with ``env`` but for the
-    ``per_job`` names (given at claim time)."""
-    body = {"op": "want", "count": count, "env": env, "per_job": per_job}
+def want(socket_path: str, count: int, env: dict[str, str]) -> None:
+    """Ask the pool to keep ``count`` idle processes, imported with ``env`` (less what is
+    set per job, given at claim time)."""
+    body = {"op": "want", "count": count, "env": env}
     try:
         _ask(socket_path, body)
     except (OSError, ValueError) as exc:

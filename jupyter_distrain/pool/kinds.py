@@ -6,9 +6,14 @@ for an editable install), so that an upgrade or an edit is never served by proce
 that imported the old code. The kind says what a pooled process imports
 ahead of time; a job's processes can be pooled when its backend imports the same.
 A pooled process imported its libraries with the environment of the job that asked
-for the pool: a later job takes it only if everything that can matter at import
-time is the same (everything but what is set per job or per process, and read only
-once the program runs).
+for the pool: a later job takes it when what the libraries and the interpreter read as
+they start is the same (:func:`import_env`: the names the frameworks, their math
+libraries and the interpreter read then, and nothing set per job); the rest of the job's
+environment (the kernel's own variables, a ``--env`` the frameworks read later) is the
+process's from the claim on, as a cold process would have had it. So a variable a kernel
+gains (``TORCHELASTIC_SIGNALS_TO_HANDLE``, left by Accelerate's ``notebook_launcher``)
+keeps its pool warm; one that changes an import (``OMP_NUM_THREADS``, ``XLA_FLAGS``)
+does not, and the cell says which.
 """
 
 from __future__ import annotations
@@ -16,7 +21,7 @@ from __future__ import annotations
 import hashlib
 import importlib.util
 import sys
-from collections.abc import Collection, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 
 from ..contract.process import Env, JaxEnv
@@ -81,26 +86,47 @@ _PER_JOB_NAMES |= {
 }  # fmt: skip
 
 
-# what a user's --env may set that libraries read when imported
+# what libraries read as they are imported, and the interpreter as it starts (locale,
+# time zone, home: Keras's config; a temporary directory cached on first use)
 _IMPORT_PREFIXES = (
-    "TF_", "TF2_", "XLA_", "JAX_", "CUDA_", "NCCL_", "KERAS_", "OMP_", "KMP_", "MKL_", "OPENBLAS_",
-    "PYTHON", "LD_", "MALLOC_", "GLIBC_",
+    "TF_", "TF2_", "XLA_", "JAX_", "TPU_", "CUDA_", "NCCL_", "NVIDIA_", "CUBLAS_", "CUDNN_",
+    "KERAS_", "TORCH_", "PYTORCH_", "TORCHINDUCTOR_", "TORCHDYNAMO_", "OMP_", "KMP_", "MKL_",
+    "OPENBLAS_", "NUMEXPR_", "VECLIB_", "GRPC_", "PYTHON", "LD_", "MALLOC_", "GLIBC_", "LC_",
 )  # fmt: skip
+_IMPORT_NAMES = {"HOME", "LANG", "LANGUAGE", "TZ", "TMPDIR"}
+# how a claim refused for its environment begins (the launcher says it to the user)
+ENV_DIFFERS = "the pool's processes were imported with another"
 
 
-def per_job_names(job_env: Mapping[str, str]) -> list[str]:
-    """The names a job's ``--env`` sets that no library reads at import: a pooled process
-    takes them at claim time, so a changed value does not stop it from serving."""
-    return sorted(k for k in job_env if not k.startswith(_IMPORT_PREFIXES))
+def read_at_import(name: str) -> bool:
+    """Whether the variable ``name`` can change what a pooled process imported: read by
+    a library or the interpreter as it starts, and not set per job or per process."""
+    if _per_job(name):
+        return False
+    return name in _IMPORT_NAMES or name.startswith(_IMPORT_PREFIXES)
 
 
-def import_env(env: Mapping[str, str], per_job: Collection[str] = ()) -> dict[str, str]:
-    """The part of ``env`` that a pooled process must have had when it imported."""
-    return {
-        k: v
-        for k, v in env.items()
-        if k not in _PER_JOB_NAMES and k not in per_job and not k.startswith(_PER_JOB_PREFIXES)
-    }
+def _per_job(name: str) -> bool:
+    return name in _PER_JOB_NAMES or name.startswith(_PER_JOB_PREFIXES)
+
+
+def without_per_job(env: Mapping[str, str]) -> dict[str, str]:
+    """``env`` less what is set per job or per process: what a pool's processes import
+    with (the job that asked for the pool had it)."""
+    return {k: v for k, v in env.items() if not _per_job(k)}
+
+
+def import_env(env: Mapping[str, str]) -> dict[str, str]:
+    """The part of ``env`` that a pooled process must have had when it imported (the
+    pool's key); the rest is given to it when a job claims it."""
+    return {k: v for k, v in env.items() if read_at_import(k)}
+
+
+def import_differences(ours: Mapping[str, str], theirs: Mapping[str, str]) -> list[str]:
+    """The names whose values at import differ between two environments (names only:
+    a value may be a secret)."""
+    mine, other = import_env(ours), import_env(theirs)
+    return sorted(k for k in mine.keys() | other.keys() if mine.get(k) != other.get(k))
 
 
 def source_fingerprint(package: Path = _PACKAGE_DIR) -> str:

@@ -25,7 +25,7 @@ import psutil
 
 from ..processes import die_with_parent, end_child, private_bytes, signal_pid, tree_rss
 from . import priority, wire
-from .kinds import import_env
+from .kinds import import_differences, without_per_job
 from .settings import Settings
 
 log = logging.getLogger("jupyter_distrain.pool")
@@ -124,24 +124,23 @@ class Stock:
         self.ahead_of = ""  # the run whose claims start processes now (for the next)
 
     def want(self, body: dict[str, Any]) -> None:
-        """Keep ``count`` idle processes imported with ``env`` (but its ``per_job`` names)."""
+        """Keep ``count`` idle processes imported with ``env`` (less what is set per job)."""
         env = body.get("env")
         count = body.get("count")
         if not isinstance(env, dict) or not isinstance(count, int):
             return
-        env = import_env(env, body.get("per_job") or [])
-        if env != self.env:  # imported with another environment: of no use now
+        if self.env is None or import_differences(self.env, env):  # of no use now
             self.drain("the environment changed")
-            self.env = env
+            self.env = without_per_job(env)
         self.target = min(self.settings.size, max(0, count))
         self.error = ""
         self.ahead_of = ""
 
-    def keep_at_least(self, env: dict[str, str], per_job: list[str], count: int, run: str) -> None:
+    def keep_at_least(self, env: dict[str, str], count: int, run: str) -> None:
         """Raise the target to ``count`` for ``env`` (a claim's: one run ahead of
         ``run``); a new environment replaces the pool's, as a ``want`` does."""
-        if import_env(env, per_job) != self.env:
-            self.want({"env": env, "per_job": per_job, "count": count})
+        if self.env is None or import_differences(self.env, env):
+            self.want({"env": env, "count": count})
         elif not self.error:
             self.target = max(self.target, min(self.settings.size, count))
         self.ahead_of = run

@@ -46,7 +46,6 @@ def pool_request(
     return {
         "kind": kind,
         "run": run,
-        "per_job": pool_kinds.per_job_names(spec.env),
         "ahead": pool_kinds.plans_ahead(env),
         # the notebook's bounds for the host's pool, as for its own
         "settings": {k: os.environ[k] for k in POOL_SETTINGS if k in os.environ},
@@ -96,7 +95,6 @@ def from_pool(
         "cpus": request.get("cpus"),
         "job": str(directory),
         "run": str(pool.get("run", "")),
-        "per_job": list(pool.get("per_job", [])),
         "ahead": bool(pool.get("ahead", True)),
     }
     handed = memory_file(request["handoff"]) if "handoff" in request else None
