@@ -40,7 +40,7 @@ EXIT_INTERRUPTED = 130  # Ctrl-C, as a shell reports SIGINT
 
 ATTACH_LINES = 10  # each log's last lines `attach` shows first, as `tail -f` does
 JOB_COMMANDS = ("status", "logs", "stacks", "stop", "scale", "attach")
-NAMES = ("list", *JOB_COMMANDS, "clean", "pool", "config", "bench")
+NAMES = ("list", *JOB_COMMANDS, "clean", "pool", "config", "doctor", "bench")
 
 
 class CommandError(Exception):
@@ -70,6 +70,9 @@ def add_commands(sub: Any) -> dict[str, argparse.ArgumentParser]:
     )
     parsers["config"] = sub.add_parser(
         "config", help="the effective settings and where each came from"
+    )
+    parsers["doctor"] = sub.add_parser(
+        "doctor", help="what a job here would get (CPUs, memory, shared memory, network, GPUs)"
     )
     for name, text in (
         ("status", "show a job's state and its processes"),
@@ -261,6 +264,12 @@ def run(
         return EXIT_OK, None
     if args.command == "config":
         print(config.table(settings()))
+        return EXIT_OK, None
+    if args.command == "doctor":
+        from ..plugins import launcher_kind
+
+        print("A local job here gets:")
+        print("\n".join(f"  {line}" for line in launcher_kind("local").doctor()))
         return EXIT_OK, None
     try:
         job = Job.attach(args.job)

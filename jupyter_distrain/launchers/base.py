@@ -185,6 +185,12 @@ class LauncherKind:
         return None
 
     @classmethod
+    def doctor(cls) -> list[str]:
+        """What a job of this launcher would get here, a line each, each problem with
+        its fix (``%distributed doctor``); nothing by default."""
+        return []
+
+    @classmethod
     def stop_lost(cls, status: JobStatus) -> list[int]:
         """Stop the processes a lost supervisor recorded (each verified by its start
         time, never by a bare pid); returns the pids stopped. By default: none."""

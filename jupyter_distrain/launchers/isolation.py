@@ -137,6 +137,12 @@ def _probe() -> str | None:
     return reason or f"the namespace check ended with status {status}"
 
 
+def namespace_refused() -> str | None:
+    """Why this machine refuses a job a private network namespace, or None when it
+    gives one (checked in a forked child: this process stays where it is)."""
+    return _probe()
+
+
 def _reason(exc: BaseException) -> str:
     if isinstance(exc, OSError):
         return exc.strerror or str(exc)

@@ -26,6 +26,7 @@ from typing import Any
 
 import psutil
 
+from ..contract import box
 from ..contract.launch import LaunchedProcess, ProcessSpec, Slot
 from ..contract.process import Env, ProcessId
 from ..contract.spec import JobSpec, SpecError
@@ -43,12 +44,13 @@ from ..processes import (
 from . import gpus
 from .base import Launcher, LauncherKind
 from .handles import AdoptedProcess, LocalProcess, PooledProcess
-from .isolation import private_network
+from .isolation import namespace_refused, private_network
 from .limits import CpuQuota, cpu_set, thread_env
 
 log = logging.getLogger(__name__)
 
 PROCESSES_PER_CORE = 4  # oversubscription a local job may ask for
+SMALL_SHARED_MEMORY = 2**30  # below this, DataLoader workers run out (Docker's default: 64 MiB)
 MIN_PROCESS_LIMIT = 8
 
 
@@ -71,27 +73,29 @@ class LocalKind(LauncherKind):
 
     @classmethod
     def check_capacity(cls, spec: JobSpec, processes: int) -> JobSpec:
-        cores = len(os.sched_getaffinity(0))
+        cores = box.cpus()
         given = os.environ.get(Env.LOCAL_PROCESS_LIMIT, "")
-        limit = max(MIN_PROCESS_LIMIT, PROCESSES_PER_CORE * cores)
+        limit = max(MIN_PROCESS_LIMIT, PROCESSES_PER_CORE * int(cores.amount))
         limit = int(given) if given.isdigit() else limit
         what = f"--workers {spec.workers}" + (f" --ps {spec.ps}" if spec.ps else "")
+        here = f"{cores.amount:g} CPUs: {cores.source}"
         if processes > limit:
             raise SpecError(
                 f"{what}: the job needs {processes} processes; this machine runs at most "
-                f"{limit} for one job ({cores} cores)"
+                f"{limit} for one job ({here})"
             )
         # cores may be shared (the seed's cpu=0.5 on a laptop), within the same bound
-        if spec.cpu is not None and spec.cpu * processes > PROCESSES_PER_CORE * cores:
+        if spec.cpu is not None and spec.cpu * processes > PROCESSES_PER_CORE * cores.amount:
             raise SpecError(
-                f"--cpu {spec.cpu:g}: {processes} processes need {spec.cpu * processes:g} cores; "
-                f"this machine has {cores} (at most {PROCESSES_PER_CORE}x shared)"
+                f"--cpu {spec.cpu:g}: {processes} processes need {spec.cpu * processes:g} "
+                f"CPUs; this machine gives {here} (at most {PROCESSES_PER_CORE}x shared)"
             )
-        total = psutil.virtual_memory().total / 2**30
-        if spec.memory is not None and spec.memory * processes > total:
+        memory = box.memory()
+        if spec.memory is not None and spec.memory * processes * 2**30 > memory.amount:
             raise SpecError(
                 f"--memory {spec.memory:g}: {processes} processes need "
-                f"{spec.memory * processes:g} GiB; this machine has {total:.1f} GiB"
+                f"{spec.memory * processes:g} GiB; this machine gives "
+                f"{memory.amount / 2**30:.1f} GiB ({memory.source})"
             )
         devices = gpus.choose(spec, processes, gpus.discover() if spec.gpus else [])
         return dataclasses.replace(spec, gpu_ids=devices)
@@ -119,6 +123,37 @@ class LocalKind(LauncherKind):
     @classmethod
     def reachable_by(cls, spec: JobSpec) -> str:
         return "other users of this machine (and other hosts, for a server on every interface)"
+
+    @classmethod
+    def doctor(cls) -> list[str]:
+        cores, memory, shared = box.cpus(), box.memory(), box.shared_memory()
+        seen = os.cpu_count() or 0
+        lines = [f"CPUs: {cores.amount:g} ({cores.source})"]
+        if seen > cores.amount:
+            lines[0] += (
+                f"; the machine shows {seen}: a library that sizes its threads by that "
+                "oversubscribes this box (jobs here share these CPUs among their ranks)"
+            )
+        lines.append(f"memory: {memory.amount / 2**30:.1f} GiB ({memory.source})")
+        line = f"shared memory: {shared.amount / 2**20:.0f} MiB ({shared.source})"
+        if shared.amount < SMALL_SHARED_MEMORY:
+            line += (
+                ": a torch DataLoader with workers may die of a bus error here: ask for a "
+                "larger /dev/shm (docker --shm-size) or use torch.multiprocessing."
+                "set_sharing_strategy('file_system')"
+            )
+        lines.append(line)
+        refused = namespace_refused()
+        lines.append(
+            "network: each job in a private network namespace (nothing it serves is "
+            "reachable from elsewhere)"
+            if refused is None
+            else f"network: {refused}: what a job serves is reachable by "
+            f"{cls.reachable_by(JobSpec())} (each job says which ports)"
+        )
+        devices = gpus.discover()
+        lines.append(f"GPUs: {', '.join(devices)}" if devices else "GPUs: none seen here")
+        return lines
 
     @classmethod
     def stop_lost(cls, status: JobStatus) -> list[int]:

@@ -28,7 +28,8 @@ Design decision
   supervisor counts the plan's processes per host (`JUPYTER_DISTRAIN_HOST_PROCESSES`,
   `supervisor/generation.py`; not mpirun's ranks, which mpirun binds to cores
   itself); each worker with k > 1 sets `TF_NUM_INTRAOP_THREADS` to `cores // k` (at
-  least 1; cores = its affinity mask, so Slurm's or `--cpu`'s binding counts), and
+  least 1; cores = its affinity mask, so Slurm's or `--cpu`'s binding counts, or fewer
+  where a cgroup's CPU quota allows fewer: `contract/box.py`), and
   `TF_NUM_INTEROP_THREADS` too for a program run as `__main__` (not a TensorFlow
   server or a TF1 `run_cluster` program, which run many blocking ops at once). Not
   where `--cpu`, `--env` or the kernel's environment set either: the user's choice
@@ -49,6 +50,7 @@ from __future__ import annotations
 import os
 from collections.abc import MutableMapping
 
+from ..contract import box
 from ..contract.process import Env, Mode
 
 VARIABLES = ("TF_NUM_INTRAOP_THREADS", "TF_NUM_INTEROP_THREADS")
@@ -64,7 +66,7 @@ def share_cores(mode: str, environ: MutableMapping[str, str] = os.environ) -> di
         return {}
     if processes <= 1 or any(name in environ for name in VARIABLES):
         return {}
-    threads = str(max(1, len(os.sched_getaffinity(0)) // processes))
+    threads = str(max(1, int(box.cpus().amount) // processes))
     shared = dict.fromkeys(VARIABLES if mode == Mode.TRAIN else VARIABLES[:1], threads)
     environ.update(shared)
     return shared
