@@ -27,13 +27,13 @@ class Limit:
     source: str  # "CPU affinity", "cgroup /sys/fs/cgroup/cpu/x: cpu.cfs_quota_us", ...
 
 
-def cpus(pid: int | str = "self") -> Limit:
-    """The CPUs process ``pid`` may keep busy: its affinity's count, or less where a
+def cpus() -> Limit:
+    """The CPUs this process may keep busy: its affinity's count, or less where a
     cgroup's quota allows less (a fractional quota rounds up: 1.5 CPUs are 2 threads'
     worth of waiting)."""
-    affinity = len(os.sched_getaffinity(0 if pid == "self" else int(pid)))
+    affinity = len(os.sched_getaffinity(0))
     found = Limit(affinity, "the CPUs this process may run on (affinity, cpuset)")
-    for directory, version in _cgroup_dirs(pid, "cpu"):
+    for directory, version in _cgroup_dirs("cpu"):
         quota = _cpu_quota(directory, version)
         if quota is not None and math.ceil(quota) < found.amount:
             what = "cpu.max" if version == 2 else "cpu.cfs_quota_us"
@@ -41,12 +41,12 @@ def cpus(pid: int | str = "self") -> Limit:
     return found
 
 
-def memory(pid: int | str = "self") -> Limit:
-    """The memory process ``pid`` and its children may hold: the machine's, or less
-    where a cgroup limits it."""
+def memory() -> Limit:
+    """The memory this process and its children may hold: the machine's, or less where
+    a cgroup limits it."""
     total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
     found = Limit(total, "this machine's memory")
-    for directory, version in _cgroup_dirs(pid, "memory"):
+    for directory, version in _cgroup_dirs("memory"):
         name = "memory.max" if version == 2 else "memory.limit_in_bytes"
         limit = _number(directory / name)
         if limit is not None and limit < min(found.amount, _NO_LIMIT_V1):
@@ -63,12 +63,12 @@ def shared_memory() -> Limit:
     return Limit(stat.f_blocks * stat.f_frsize, f"the size of {SHARED_MEMORY}")
 
 
-def _cgroup_dirs(pid: int | str, controller: str) -> Iterator[tuple[Path, int]]:
-    """The directories of ``pid``'s cgroup for ``controller`` and each ancestor's up to
-    the hierarchy's root (a parent's limit binds its children), with the version."""
+def _cgroup_dirs(controller: str) -> Iterator[tuple[Path, int]]:
+    """The directories of this process's cgroup for ``controller`` and each ancestor's up
+    to the hierarchy's root (a parent's limit binds its children), with the version."""
     try:
-        lines = Path(f"/proc/{pid}/cgroup").read_text().splitlines()
-        mounts = Path(f"/proc/{pid}/mountinfo").read_text().splitlines()
+        lines = Path("/proc/self/cgroup").read_text().splitlines()
+        mounts = Path("/proc/self/mountinfo").read_text().splitlines()
     except OSError:
         return
     for line in lines:

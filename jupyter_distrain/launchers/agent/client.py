@@ -237,7 +237,7 @@ class AgentProcess(LaunchedProcess):
 
     def final_code(self) -> int:
         """The exit code the agent reported, else :data:`EXIT_LOST` once the process's log
-        says why (:meth:`why_lost`): whichever thread asks first writes it, every other
+        says why (:meth:`note_lost`): whichever thread asks first writes it, every other
         waits for it, since the job's failure reads the log's tail right after."""
         with self._noting:
             if self.agent.exit_code is None and not self._noted:
